@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package tools records the control-plane commands built from this module.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3/etcdmain"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	_ "k8s.io/kubectl/pkg/cmd"
+)

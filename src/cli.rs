@@ -1,0 +1,251 @@
+//! Command-line interface: upstream's `ansible-operator` subcommands and flags, with their defaults.
+//!
+//! Flag names, defaults and Go-style boolean syntax (`--flag`, `--flag=false`) follow the upstream
+//! binary so existing Deployments work unchanged. Every flag can also be set by an environment
+//! variable; where upstream already reads one (`ANSIBLE_ROLES_PATH`), that one is used.
+
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::go_duration;
+
+/// `ansible-operator`: run Ansible playbooks and roles as a Kubernetes operator.
+#[derive(Debug, Parser)]
+#[command(name = "ansible-operator", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands, as upstream.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator on a watches file.
+    Run(Box<RunArgs>),
+    /// Print the version.
+    Version,
+}
+
+/// How much of Ansible's event stream goes to the operator's log (`--ansible-log-events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+#[value(rename_all = "PascalCase")]
+pub enum LogEvents {
+    /// Log nothing.
+    Nothing,
+    /// Log task starts, debug output and failures.
+    #[default]
+    Tasks,
+    /// Log every event.
+    Everything,
+}
+
+/// Log encoder (`--zap-encoder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogEncoder {
+    /// One JSON object a line (production default).
+    Json,
+    /// Human-readable lines (development default).
+    Console,
+}
+
+/// Flags of `ansible-operator run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Path to the watches file.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
+    pub watches_file: std::path::PathBuf,
+
+    /// Inject owner references into objects playbooks create, and watch those kinds.
+    #[arg(long, env = "ANSIBLE_OPERATOR_INJECT_OWNER_REF", default_value = "true", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub inject_owner_ref: bool,
+
+    /// Default Ansible verbosity (0-7) for every kind; `ANSIBLE_VERBOSITY_<KIND>_<GROUP>` overrides it.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_VERBOSITY", default_value_t = 2,
+          value_parser = clap::value_parser!(u8).range(0..=7))]
+    pub ansible_verbosity: u8,
+
+    /// Ansible roles path; sets `ANSIBLE_ROLES_PATH` for role lookup and for playbooks.
+    #[arg(long, env = "ANSIBLE_ROLES_PATH")]
+    pub ansible_roles_path: Option<String>,
+
+    /// Ansible collections path; sets `ANSIBLE_COLLECTIONS_PATH` for role lookup and for playbooks.
+    #[arg(long, env = "ANSIBLE_COLLECTIONS_PATH")]
+    pub ansible_collections_path: Option<String>,
+
+    /// Extra arguments for ansible-playbook, written to the runner's `env/cmdline`.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_ARGS", default_value = "")]
+    pub ansible_args: String,
+
+    /// Default requeue period after a successful run (Go duration); `0s` disables periodic runs.
+    #[arg(long, env = "ANSIBLE_OPERATOR_RECONCILE_PERIOD", default_value = "10h",
+          value_parser = go_duration::parse)]
+    pub reconcile_period: Duration,
+
+    /// Reconciles that may run at once for each kind; `MAX_CONCURRENT_RECONCILES_<KIND>_<GROUP>`
+    /// overrides it per kind. Default: the number of CPUs.
+    #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_RECONCILES")]
+    pub max_concurrent_reconciles: Option<usize>,
+
+    /// Address of the Prometheus metrics endpoint (`0` disables it).
+    #[arg(long, alias = "metrics-addr", env = "ANSIBLE_OPERATOR_METRICS_BIND_ADDRESS",
+          default_value = ":8443")]
+    pub metrics_bind_address: String,
+
+    /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
+    #[arg(long, env = "ANSIBLE_OPERATOR_HEALTH_PROBE_BIND_ADDRESS", default_value = ":6789")]
+    pub health_probe_bind_address: String,
+
+    /// Run only while holding the leader-election Lease.
+    #[arg(long, alias = "enable-leader-election", env = "ANSIBLE_OPERATOR_LEADER_ELECT",
+          default_value = "false", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Name of the leader-election Lease (falls back to `OPERATOR_NAME`).
+    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECTION_ID")]
+    pub leader_election_id: Option<String>,
+
+    /// Namespace of the leader-election Lease (in a cluster: the pod's namespace).
+    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+
+    /// Accepted for compatibility and ignored: the lock is always a Lease.
+    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECT_RESOURCE_LOCK", default_value = "leases",
+          hide = true)]
+    pub leader_elect_resource_lock: String,
+
+    /// How long a leader's Lease is valid.
+    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECT_LEASE_DURATION", default_value = "15s",
+          value_parser = go_duration::parse)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s",
+          value_parser = go_duration::parse)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How long runs in flight may finish after SIGTERM before they are killed.
+    #[arg(long, env = "ANSIBLE_OPERATOR_GRACEFUL_SHUTDOWN_TIMEOUT", default_value = "30s",
+          value_parser = go_duration::parse)]
+    pub graceful_shutdown_timeout: Duration,
+
+    /// Ansible events to log: Nothing, Tasks or Everything (case-insensitive).
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_LOG_EVENTS", default_value = "Tasks", ignore_case = true)]
+    pub ansible_log_events: LogEvents,
+
+    /// Port of the local API proxy that playbooks use.
+    #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_PORT", default_value_t = 8888)]
+    pub proxy_port: u16,
+
+    /// Allow HTTP/2 on the metrics server.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ENABLE_HTTP2", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub enable_http2: bool,
+
+    /// Serve metrics over HTTPS.
+    #[arg(long, env = "ANSIBLE_OPERATOR_METRICS_SECURE", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub metrics_secure: bool,
+
+    /// Require an authorized caller for `/metrics` (needs `--metrics-secure`).
+    #[arg(long, env = "ANSIBLE_OPERATOR_METRICS_REQUIRE_RBAC", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set,
+          requires_if("true", "metrics_secure"))]
+    pub metrics_require_rbac: bool,
+
+    /// Logging flags, named as controller-runtime's zap flags.
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+/// controller-runtime's zap logging flags, mapped onto `tracing`.
+#[derive(Debug, Args, Clone)]
+pub struct LogArgs {
+    /// Development mode: console output at debug level.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_DEVEL", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub zap_devel: bool,
+
+    /// Log encoding: json or console.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_ENCODER")]
+    pub zap_encoder: Option<LogEncoder>,
+
+    /// Log level: debug, info, error, or an integer verbosity (1 = debug).
+    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_LOG_LEVEL")]
+    pub zap_log_level: Option<String>,
+
+    /// Accepted for compatibility; stack traces are not printed.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_STACKTRACE_LEVEL", hide = true)]
+    pub zap_stacktrace_level: Option<String>,
+
+    /// Accepted for compatibility; timestamps are RFC 3339.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_TIME_ENCODING", hide = true)]
+    pub zap_time_encoding: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> RunArgs {
+        let mut argv = vec!["ansible-operator", "run"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).expect("flags parse").command {
+            Command::Run(run) => *run,
+            Command::Version => panic!("expected run"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let args = run(&[]);
+        assert_eq!(args.watches_file, std::path::PathBuf::from("./watches.yaml"));
+        assert!(args.inject_owner_ref);
+        assert_eq!(args.ansible_verbosity, 2);
+        assert_eq!(args.reconcile_period, Duration::from_secs(10 * 3600));
+        assert_eq!(args.proxy_port, 8888);
+        assert_eq!(args.metrics_bind_address, ":8443");
+        assert_eq!(args.health_probe_bind_address, ":6789");
+        assert!(!args.leader_elect);
+        assert_eq!(args.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(args.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(args.graceful_shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(args.ansible_log_events, LogEvents::Tasks);
+    }
+
+    #[test]
+    fn go_style_booleans_are_accepted() {
+        assert!(!run(&["--inject-owner-ref=false"]).inject_owner_ref);
+        assert!(run(&["--leader-elect"]).leader_elect);
+        assert!(run(&["--enable-leader-election"]).leader_elect);
+    }
+
+    #[test]
+    fn log_events_is_case_insensitive() {
+        assert_eq!(run(&["--ansible-log-events=everything"]).ansible_log_events, LogEvents::Everything);
+        assert_eq!(run(&["--ansible-log-events", "NOTHING"]).ansible_log_events, LogEvents::Nothing);
+    }
+
+    #[test]
+    fn deprecated_metrics_alias_sets_the_same_flag() {
+        assert_eq!(run(&["--metrics-addr=:9090"]).metrics_bind_address, ":9090");
+        let both = ["ansible-operator", "run", "--metrics-addr=:1", "--metrics-bind-address=:2"];
+        assert!(Cli::try_parse_from(both).is_err());
+    }
+
+    #[test]
+    fn metrics_rbac_requires_secure() {
+        let argv = ["ansible-operator", "run", "--metrics-require-rbac"];
+        assert!(Cli::try_parse_from(argv).is_err());
+        assert!(run(&["--metrics-require-rbac", "--metrics-secure"]).metrics_require_rbac);
+    }
+
+    #[test]
+    fn bad_duration_is_rejected() {
+        let argv = ["ansible-operator", "run", "--reconcile-period=soon"];
+        assert!(Cli::try_parse_from(argv).is_err());
+    }
+}

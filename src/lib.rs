@@ -1,0 +1,11 @@
+//! `ansible-operator`: a Rust implementation of the Operator SDK's ansible operator.
+//!
+//! The modules follow the data flow in DESIGN.md: `watches` → `controller` → `reconcile` →
+//! `vars` → `runner` → `outcome` → `status`.
+
+pub mod app;
+pub mod cli;
+pub mod go_duration;
+pub mod logging;
+pub mod vars;
+pub mod watches;

@@ -1,0 +1,1 @@
+//! watches.yaml: loading, defaults, validation and per-kind settings.
