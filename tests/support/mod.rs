@@ -1,0 +1,172 @@
+//! Test support: the real local control plane, a fresh namespace per test, CRDs and deadlines.
+//!
+//! Uses `KUBECONFIG` when it is set; otherwise brings the project's local cluster up once
+//! (`hack/local-cluster.sh up`, which is idempotent) and uses its admin kubeconfig.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+/// Root of the repository.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of the kubeconfig the tests use, bringing the local cluster up if needed.
+pub fn kubeconfig() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        if let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
+            return PathBuf::from(path);
+        }
+        let status = Command::new(repo().join("hack/local-cluster.sh"))
+            .arg("up")
+            .status()
+            .expect("run hack/local-cluster.sh up");
+        assert!(status.success(), "hack/local-cluster.sh up failed ({status}); see .local/cluster/logs/");
+        repo().join(".local/cluster/kubeconfig")
+    })
+}
+
+/// A client for the test cluster. Each test makes its own: a client lives on the test's runtime.
+pub async fn client() -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig()).expect("read kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
+    Client::try_from(config).expect("build client")
+}
+
+/// A namespace that exists for one test and is deleted when it goes out of scope, even on panic.
+pub struct TestNamespace {
+    /// The namespace's name.
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates a namespace named after the test plus a random suffix.
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        let suffix: u32 = rand_suffix();
+        let name = format!("{}-{suffix:08x}", prefix.replace('_', "-"))
+            .chars()
+            .take(63)
+            .collect::<String>();
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create test namespace");
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot await; kubectl does the deletion synchronously and never blocks on finalizers.
+        let _ = Command::new(repo().join(".local/bin/kubectl"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig())
+            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    hasher.finish() as u32
+}
+
+/// A namespaced CRD `<plural>.<group>` with version `v1alpha1`, open schemas for spec and status,
+/// and optionally the status subresource.
+pub fn crd(group: &str, kind: &str, status_subresource: bool) -> Value {
+    let plural = format!("{}s", kind.to_lowercase());
+    let subresources = if status_subresource { json!({"status": {}}) } else { json!({}) };
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": subresources,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    })
+}
+
+/// Applies a CRD (server-side apply, so tests may share it) and waits until it is established.
+pub async fn install_crd(client: &Client, crd: &Value) {
+    let name = crd["metadata"]["name"].as_str().expect("crd has a name").to_string();
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    api.patch(&name, &PatchParams::apply("ansible-operator-tests").force(), &Patch::Apply(crd))
+        .await
+        .unwrap_or_else(|err| panic!("apply CRD {name}: {err}"));
+    wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+            let established = conditions.iter().any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()).ok_or_else(|| format!("conditions {conditions:?}")))
+        }
+    })
+    .await;
+}
+
+/// Deletes an object and ignores "not found".
+pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(err) => panic!("delete {name}: {err}"),
+    }
+}
+
+/// Polls `check` every 100 ms until it yields a value or the deadline passes.
+///
+/// `check` returns `Ok(Ok(value))` when done, `Ok(Err(seen))` to keep waiting (with a description of
+/// what it saw), and `Err(error)` for a transient error. On timeout the test fails with what was
+/// expected and what was last seen.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Result<T, String>, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let last_seen = match check().await {
+            Ok(Ok(value)) => return value,
+            Ok(Err(seen)) => seen,
+            Err(error) => format!("error: {error}"),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {last_seen}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
