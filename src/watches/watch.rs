@@ -1,0 +1,105 @@
+//! One loaded watch: the settings of a GVK with defaults applied and paths resolved.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Map, Value};
+
+use super::Gvk;
+
+/// What ansible-runner runs for a watch: a playbook file or a role directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Absolute path of a playbook.
+    Playbook(PathBuf),
+    /// Absolute path of a role directory (found through the collections path, roles path or `./roles`).
+    Role(PathBuf),
+}
+
+impl Target {
+    /// The playbook file or role directory.
+    pub fn path(&self) -> &Path {
+        match self {
+            Target::Playbook(path) | Target::Role(path) => path,
+        }
+    }
+}
+
+/// The `finalizer` block: what to run when a CR carrying this finalizer is deleted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finalizer {
+    /// The finalizer name added to CRs, e.g. `cache.example.com/finalizer`.
+    pub name: String,
+    /// The finalizer's own playbook or role; `None` re-runs the watch's target with `vars`.
+    pub target: Option<Target>,
+    /// Extra vars added last, for finalizer runs only (typically `state: absent`).
+    pub vars: Map<String, Value>,
+}
+
+/// Keys this project reads beyond upstream's (upstream ignores them, so files stay portable).
+/// Kept verbatim here; their meaning is given by the stages that use them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Extensions {
+    /// The recognised extension keys present in the entry (`inventory`, `sshKeySecret`,
+    /// `hostKeyChecking`, `precheck`), under those spellings, with their values as written.
+    pub raw: Map<String, Value>,
+}
+
+/// One watches.yaml entry with upstream's defaults applied, paths resolved and env overrides read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watch {
+    /// The kind this watch reconciles.
+    pub gvk: Gvk,
+    /// The playbook or role run for each reconcile.
+    pub target: Target,
+    /// Extra vars added after the CR's spec and meta (`vars`).
+    pub vars: Map<String, Value>,
+    /// Requeue period after a successful run; `None` (absent or `0s`) means `--reconcile-period`.
+    pub reconcile_period: Option<Duration>,
+    /// Whether the operator writes the CR's status conditions (`manageStatus`, default true).
+    pub manage_status: bool,
+    /// Whether objects created by the playbook are watched (`watchDependentResources`, default true).
+    pub watch_dependent_resources: bool,
+    /// Whether cluster-scoped dependents are watched too (`watchClusterScopedResources`, default false).
+    pub watch_cluster_scoped_resources: bool,
+    /// Whether annotation changes on the CR trigger a reconcile (`watchAnnotationsChanges`, default false).
+    pub watch_annotations_changes: bool,
+    /// Whether spec keys are snake_cased into extra vars (`snakeCaseParameters`, default true).
+    pub snake_case_parameters: bool,
+    /// Whether spec values are marked unsafe for Jinja (`markUnsafe`, default false).
+    pub mark_unsafe: bool,
+    /// How many runner artifact directories to keep (`maxRunnerArtifacts`; 0 or absent means 20).
+    pub max_runner_artifacts: u32,
+    /// Dependent kinds that are neither watched nor cached (`blacklist`).
+    pub blacklist: Vec<Gvk>,
+    /// Label selector filtering the CRs reconciled (`selector`); empty matches all.
+    pub selector: LabelSelector,
+    /// The `finalizer` block, if any.
+    pub finalizer: Option<Finalizer>,
+    /// Reconciles of this kind run at once: `--max-concurrent-reconciles` or the per-kind env var.
+    pub max_concurrent_reconciles: usize,
+    /// The `-v` count for ansible-runner: `--ansible-verbosity` or the per-kind env var.
+    pub ansible_verbosity: u8,
+    /// Keys this project adds beyond upstream.
+    pub extensions: Extensions,
+}
+
+/// Settings that come from command-line flags and apply to every watch unless the env overrides them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Defaults {
+    /// `--max-concurrent-reconciles`.
+    pub max_concurrent_reconciles: usize,
+    /// `--ansible-verbosity`.
+    pub ansible_verbosity: u8,
+}
+
+/// The result of loading a watches file: the watches in file order, and what deserves a warning.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// One per entry, in file order.
+    pub watches: Vec<Watch>,
+    /// Human-readable warnings (unknown keys, deprecated or invalid env overrides), each naming the
+    /// file, entry and GVK.
+    pub warnings: Vec<String>,
+}
