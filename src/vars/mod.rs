@@ -1,1 +1,312 @@
 //! Extra vars: what a playbook receives, built from the CR exactly as upstream does.
+
+mod snake_case;
+mod unsafe_wrap;
+
+pub use snake_case::{snake_case_keys, to_snake};
+pub use unsafe_wrap::mark_unsafe;
+
+use serde_json::{Map, Value};
+
+/// The variable holding the CR's name and namespace (called `meta` before upstream v1.0).
+pub const META_KEY: &str = "ansible_operator_meta";
+
+/// Everything [`extra_vars`] needs about one CR and its watch entry.
+#[derive(Debug, Clone, Copy)]
+pub struct VarsInput<'a> {
+    /// The full CR as JSON (a serialised `DynamicObject`), the freshest copy available.
+    pub object: &'a Value,
+    /// The watched API group (`""` for the core group).
+    pub group: &'a str,
+    /// The watched kind, as written in watches.yaml.
+    pub kind: &'a str,
+    /// Whether spec keys are converted with [`to_snake`] (watch `snakeCaseParameters`).
+    pub snake_case_parameters: bool,
+    /// Whether CR strings are wrapped with [`mark_unsafe`] (watch `markUnsafe`).
+    pub mark_unsafe: bool,
+    /// The watch entry's `vars`, passed verbatim.
+    pub watch_vars: &'a Map<String, Value>,
+    /// The finalizer's `vars`; `Some` only when this run is the finalizer run.
+    pub finalizer_vars: Option<&'a Map<String, Value>>,
+}
+
+/// Builds the extra vars for one run; later steps overwrite keys set by earlier ones.
+///
+/// 1. the top-level spec keys, snake_cased unless disabled (a missing or non-map spec is `{}`),
+///    wrapped when `mark_unsafe`;
+/// 2. `ansible_operator_meta`: `{name, namespace}`, `""` when absent;
+/// 3. `_<group>_<kind>`: the full object, wrapped when `mark_unsafe`;
+/// 4. `_<group>_<kind>_spec`: the unconverted spec, wrapped when `mark_unsafe`;
+/// 5. the watch vars, then the finalizer vars, verbatim.
+///
+/// Mirrors upstream `runner.go makeParameters`. Keys come out sorted (this crate uses serde_json
+/// without `preserve_order`), the same order Go's `encoding/json` writes a map in.
+#[must_use]
+pub fn extra_vars(input: &VarsInput) -> Map<String, Value> {
+    let empty = Map::new();
+    let spec = match input.object.get("spec") {
+        Some(Value::Object(spec)) => spec,
+        _ => &empty,
+    };
+
+    let mut vars = if input.snake_case_parameters {
+        snake_case::snake_case_map_keys(spec)
+    } else {
+        spec.clone()
+    };
+    if input.mark_unsafe {
+        vars.values_mut().for_each(|value| *value = mark_unsafe(value));
+    }
+
+    vars.insert(META_KEY.to_owned(), meta(input.object));
+
+    let object_key = object_key(input.group, input.kind);
+    let spec_key = format!("{object_key}_spec");
+    let spec = Value::Object(spec.clone());
+    if input.mark_unsafe {
+        vars.insert(object_key, mark_unsafe(input.object));
+        vars.insert(spec_key, mark_unsafe(&spec));
+    } else {
+        vars.insert(object_key, input.object.clone());
+        vars.insert(spec_key, spec);
+    }
+
+    let overrides = input.finalizer_vars.into_iter().flatten();
+    for (key, value) in input.watch_vars.iter().chain(overrides) {
+        vars.insert(key.clone(), value.clone());
+    }
+    vars
+}
+
+/// The variable name holding the full CR: `_<group>_<lowercased kind>` with `.` and `-` as `_`.
+///
+/// For example `_cache_example_com_memcached`, or `__secret` for the core group.
+#[must_use]
+pub fn object_key(group: &str, kind: &str) -> String {
+    format!("_{group}_{}", snake_case::go_to_lower(kind)).replace(['.', '-'], "_")
+}
+
+/// `{"name": .., "namespace": ..}`, never wrapped; a missing or non-string field is `""`.
+fn meta(object: &Value) -> Value {
+    let field = |name: &str| {
+        let value = object
+            .pointer(&format!("/metadata/{name}"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Value::String(value.to_owned())
+    };
+    let mut meta = Map::new();
+    meta.insert("name".to_owned(), field("name"));
+    meta.insert("namespace".to_owned(), field("namespace"));
+    Value::Object(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A test fixture: a Memcached CR and the watch settings to build its vars with.
+    struct Fixture {
+        object: Value,
+        group: &'static str,
+        kind: &'static str,
+        snake_case_parameters: bool,
+        mark_unsafe: bool,
+        watch_vars: Map<String, Value>,
+        finalizer_vars: Option<Map<String, Value>>,
+    }
+
+    impl Fixture {
+        fn memcached() -> Self {
+            Self {
+                object: json!({
+                    "apiVersion": "cache.example.com/v1alpha1",
+                    "kind": "Memcached",
+                    "metadata": {"name": "sample", "namespace": "ns1"},
+                    "spec": {"size": 3, "fooBar": "{{ x }}", "nestedMap": {"innerKey": ["a"]}},
+                    "status": {"conditions": []}
+                }),
+                group: "cache.example.com",
+                kind: "Memcached",
+                snake_case_parameters: true,
+                mark_unsafe: false,
+                watch_vars: Map::new(),
+                finalizer_vars: None,
+            }
+        }
+
+        fn unsafe_marked(mut self) -> Self {
+            self.mark_unsafe = true;
+            self
+        }
+
+        fn verbatim_keys(mut self) -> Self {
+            self.snake_case_parameters = false;
+            self
+        }
+
+        fn spec(mut self, spec: Value) -> Self {
+            self.object["spec"] = spec;
+            self
+        }
+
+        fn watch_vars(mut self, vars: Value) -> Self {
+            self.watch_vars = as_map(vars);
+            self
+        }
+
+        fn finalizer_vars(mut self, vars: Value) -> Self {
+            self.finalizer_vars = Some(as_map(vars));
+            self
+        }
+
+        fn vars(&self) -> Value {
+            Value::Object(extra_vars(&VarsInput {
+                object: &self.object,
+                group: self.group,
+                kind: self.kind,
+                snake_case_parameters: self.snake_case_parameters,
+                mark_unsafe: self.mark_unsafe,
+                watch_vars: &self.watch_vars,
+                finalizer_vars: self.finalizer_vars.as_ref(),
+            }))
+        }
+    }
+
+    fn as_map(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(map) => map,
+            other => panic!("not a map: {other}"),
+        }
+    }
+
+    fn unsafe_str(s: &str) -> Value {
+        json!({"__ansible_unsafe": s})
+    }
+
+    #[test]
+    fn object_key_joins_group_and_lowercased_kind_with_underscores() {
+        assert_eq!(
+            object_key("cache.example.com", "Memcached"),
+            "_cache_example_com_memcached"
+        );
+        assert_eq!(object_key("", "Secret"), "__secret");
+        assert_eq!(
+            object_key("cert-manager.k8s.io", "Foo"),
+            "_cert_manager_k8s_io_foo"
+        );
+    }
+
+    #[test]
+    fn spec_keys_meta_object_and_raw_spec_are_all_present() {
+        let fixture = Fixture::memcached();
+        let want = json!({
+            "size": 3,
+            "foo_bar": "{{ x }}",
+            "nested_map": {"inner_key": ["a"]},
+            "ansible_operator_meta": {"name": "sample", "namespace": "ns1"},
+            "_cache_example_com_memcached": fixture.object.clone(),
+            "_cache_example_com_memcached_spec":
+                {"size": 3, "fooBar": "{{ x }}", "nestedMap": {"innerKey": ["a"]}}
+        });
+        assert_eq!(fixture.vars(), want);
+    }
+
+    #[test]
+    fn spec_keys_are_copied_verbatim_when_snake_case_is_off() {
+        let vars = Fixture::memcached().verbatim_keys().vars();
+        assert_eq!(vars["fooBar"], json!("{{ x }}"));
+        assert_eq!(vars["nestedMap"], json!({"innerKey": ["a"]}));
+        assert!(vars.get("foo_bar").is_none());
+    }
+
+    #[test]
+    fn missing_or_non_map_spec_is_treated_as_empty() {
+        for spec in [json!(null), json!("text"), json!([1, 2])] {
+            let vars = Fixture::memcached().spec(spec).vars();
+            assert_eq!(vars["_cache_example_com_memcached_spec"], json!({}));
+            assert_eq!(vars.as_object().map(Map::len), Some(3));
+        }
+        let mut fixture = Fixture::memcached();
+        fixture.object.as_object_mut().map(|cr| cr.remove("spec"));
+        assert_eq!(fixture.vars()["_cache_example_com_memcached_spec"], json!({}));
+    }
+
+    #[test]
+    fn meta_namespace_is_empty_for_cluster_scoped_cr() {
+        let mut fixture = Fixture::memcached();
+        fixture.object["metadata"] = json!({"name": "cluster-wide"});
+        assert_eq!(
+            fixture.vars()[META_KEY],
+            json!({"name": "cluster-wide", "namespace": ""})
+        );
+    }
+
+    #[test]
+    fn mark_unsafe_wraps_spec_values_object_and_raw_spec_but_not_meta() {
+        let fixture = Fixture::memcached().unsafe_marked();
+        let vars = fixture.vars();
+        assert_eq!(vars["foo_bar"], unsafe_str("{{ x }}"));
+        assert_eq!(vars["size"], json!(3));
+        assert_eq!(vars["nested_map"], json!({"inner_key": [unsafe_str("a")]}));
+        assert_eq!(vars[META_KEY], json!({"name": "sample", "namespace": "ns1"}));
+        assert_eq!(
+            vars["_cache_example_com_memcached"]["metadata"]["name"],
+            unsafe_str("sample")
+        );
+        assert_eq!(
+            vars["_cache_example_com_memcached_spec"]["fooBar"],
+            unsafe_str("{{ x }}")
+        );
+    }
+
+    #[test]
+    fn mark_unsafe_leaves_watch_and_finalizer_vars_alone() {
+        let vars = Fixture::memcached()
+            .unsafe_marked()
+            .watch_vars(json!({"from_watch": "{{ a }}"}))
+            .finalizer_vars(json!({"from_finalizer": "{{ b }}"}))
+            .vars();
+        assert_eq!(vars["from_watch"], json!("{{ a }}"));
+        assert_eq!(vars["from_finalizer"], json!("{{ b }}"));
+    }
+
+    #[test]
+    fn watch_vars_override_spec_keys_meta_and_object_keys() {
+        let vars = Fixture::memcached()
+            .watch_vars(json!({
+                "size": 1,
+                "ansible_operator_meta": "overridden",
+                "_cache_example_com_memcached_spec": false
+            }))
+            .vars();
+        assert_eq!(vars["size"], json!(1));
+        assert_eq!(vars[META_KEY], json!("overridden"));
+        assert_eq!(vars["_cache_example_com_memcached_spec"], json!(false));
+    }
+
+    #[test]
+    fn finalizer_vars_override_watch_vars() {
+        let vars = Fixture::memcached()
+            .watch_vars(json!({"state": "present", "keep": 1}))
+            .finalizer_vars(json!({"state": "absent"}))
+            .vars();
+        assert_eq!(vars["state"], json!("absent"));
+        assert_eq!(vars["keep"], json!(1));
+    }
+
+    #[test]
+    fn meta_and_object_keys_override_colliding_spec_keys() {
+        let vars = Fixture::memcached()
+            .spec(json!({"ansibleOperatorMeta": 1, "ansible_operator_meta": 2}))
+            .vars();
+        assert_eq!(vars[META_KEY], json!({"name": "sample", "namespace": "ns1"}));
+    }
+
+    #[test]
+    fn empty_spec_key_becomes_empty_variable_name() {
+        let vars = Fixture::memcached().spec(json!({"": "v"})).vars();
+        assert_eq!(vars[""], json!("v"));
+    }
+}
