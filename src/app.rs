@@ -1,13 +1,23 @@
-//! The program: dispatches subcommands and maps failures to upstream's exit codes.
+//! The program: dispatches subcommands, wires the stages together, and maps failures to upstream's
+//! exit codes (1 for every fatal error, 0 after a clean shutdown).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use crate::cli::{Cli, Command};
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
 
-/// Version string printed by `ansible-operator version` and exported as build info.
+use crate::cli::{Cli, Command, RunArgs};
+use crate::controller::WatchController;
+use crate::reconcile::Settings;
+use crate::runner::{self, Inventory};
+use crate::watches::{self, Defaults, Environment};
+
+/// Version string printed by `ansible-operator version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Runs the parsed command line and returns the process exit code (1 on any failure, as upstream).
+/// Runs the parsed command line and returns the process exit code.
 pub fn main(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Version => {
@@ -16,8 +26,148 @@ pub fn main(cli: Cli) -> ExitCode {
         }
         Command::Run(args) => {
             crate::logging::init(&args.log);
-            tracing::error!("the reconcile loop is not built yet");
-            ExitCode::FAILURE
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("error: start the async runtime: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(run(*args)) {
+                Ok(()) => {
+                    tracing::info!("exiting");
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    tracing::error!(error = format!("{error:#}"), "operator failed");
+                    eprintln!("error: {error:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
+    }
+}
+
+/// `ansible-operator run`: load the watches, start one controller per entry, run until a signal.
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    tracing::info!(version = VERSION, "version");
+    let mut env = Environment::from_process().context("read the working directory")?;
+    let mut playbook_env = Vec::new();
+    for (name, value) in [
+        ("ANSIBLE_ROLES_PATH", &args.ansible_roles_path),
+        ("ANSIBLE_COLLECTIONS_PATH", &args.ansible_collections_path),
+    ] {
+        if let Some(value) = value {
+            env = env.with_var(name, value.clone());
+            playbook_env.push((name.to_string(), value.clone()));
+        }
+    }
+    let defaults = Defaults {
+        max_concurrent_reconciles: args
+            .max_concurrent_reconciles
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
+        ansible_verbosity: args.ansible_verbosity,
+    };
+    let loaded = watches::load(&args.watches_file, &defaults, &env)?;
+    for warning in &loaded.warnings {
+        tracing::warn!(file = %args.watches_file.display(), "{warning}");
+    }
+
+    let client = kube::Client::try_default()
+        .await
+        .context("get the cluster config")?;
+    let namespaces = watches::watch_namespaces(env.var("WATCH_NAMESPACE"));
+    if namespaces.is_empty() {
+        tracing::info!("watching all namespaces");
+    } else {
+        tracing::info!(namespaces = ?namespaces, "watching namespaces");
+    }
+    let settings = Arc::new(settings(&args, &env, playbook_env));
+    if which("ansible-runner").is_none() {
+        tracing::error!("ansible-runner is not on PATH: every reconcile will fail until it is installed");
+    }
+
+    let mut controllers = Vec::new();
+    for watch in loaded.watches {
+        controllers.push(WatchController::new(client.clone(), watch, settings.clone()).await?);
+    }
+
+    let shutdown = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for controller in controllers {
+        let namespaces = namespaces.clone();
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move { controller.run(&namespaces, shutdown).await });
+    }
+
+    shutdown_signal().await;
+    tracing::info!(timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish");
+    shutdown.cancel();
+    let drained = async { while tasks.join_next().await.is_some() {} };
+    tokio::select! {
+        _ = drained => {}
+        _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
+            tracing::warn!("graceful shutdown timed out: stopping the runs still in flight");
+        }
+        _ = shutdown_signal() => tracing::warn!("second signal: stopping at once"),
+    }
+    // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
+    tasks.shutdown().await;
+    Ok(())
+}
+
+/// Process-wide reconcile settings from the flags and the environment (upstream §2.2).
+fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String)>) -> Settings {
+    let var = |name: &str| env.var(name).filter(|v| !v.is_empty());
+    let inventory = match var("ANSIBLE_INVENTORY") {
+        Some(path) => Inventory::Copy(PathBuf::from(path)),
+        None => Inventory::Localhost {
+            python: var("VIRTUAL_ENV").map(|venv| PathBuf::from(venv).join("bin/python3")),
+        },
+    };
+    Settings {
+        reconcile_period: args.reconcile_period,
+        runner: runner::Settings {
+            program: PathBuf::from("ansible-runner"),
+            log_events: args.ansible_log_events,
+            log_raw_stdout: var("ANSIBLE_VERBOSITY")
+                .and_then(|v| v.parse::<u8>().ok())
+                .is_some_and(|v| v > 0),
+            debug_logs: var("ANSIBLE_DEBUG_LOGS").is_some_and(parse_go_bool),
+        },
+        runner_dir: args.runner_dir.clone(),
+        ansible_args: args.ansible_args.clone(),
+        inventory,
+        role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
+        playbook_kubeconfig: var("KUBECONFIG")
+            .and_then(|v| v.split(':').next())
+            .map(PathBuf::from),
+        playbook_env,
+    }
+}
+
+/// Go's `strconv.ParseBool` true values.
+fn parse_go_bool(value: &str) -> bool {
+    matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
     }
 }

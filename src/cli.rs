@@ -90,12 +90,20 @@ pub struct RunArgs {
     pub max_concurrent_reconciles: Option<usize>,
 
     /// Address of the Prometheus metrics endpoint (`0` disables it).
-    #[arg(long, alias = "metrics-addr", env = "ANSIBLE_OPERATOR_METRICS_BIND_ADDRESS",
-          default_value = ":8443")]
+    #[arg(
+        long,
+        alias = "metrics-addr",
+        env = "ANSIBLE_OPERATOR_METRICS_BIND_ADDRESS",
+        default_value = ":8443"
+    )]
     pub metrics_bind_address: String,
 
     /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
-    #[arg(long, env = "ANSIBLE_OPERATOR_HEALTH_PROBE_BIND_ADDRESS", default_value = ":6789")]
+    #[arg(
+        long,
+        env = "ANSIBLE_OPERATOR_HEALTH_PROBE_BIND_ADDRESS",
+        default_value = ":6789"
+    )]
     pub health_probe_bind_address: String,
 
     /// Run only while holding the leader-election Lease.
@@ -113,8 +121,12 @@ pub struct RunArgs {
     pub leader_election_namespace: Option<String>,
 
     /// Accepted for compatibility and ignored: the lock is always a Lease.
-    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECT_RESOURCE_LOCK", default_value = "leases",
-          hide = true)]
+    #[arg(
+        long,
+        env = "ANSIBLE_OPERATOR_LEADER_ELECT_RESOURCE_LOCK",
+        default_value = "leases",
+        hide = true
+    )]
     pub leader_elect_resource_lock: String,
 
     /// How long a leader's Lease is valid.
@@ -133,7 +145,12 @@ pub struct RunArgs {
     pub graceful_shutdown_timeout: Duration,
 
     /// Ansible events to log: Nothing, Tasks or Everything (case-insensitive).
-    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_LOG_EVENTS", default_value = "Tasks", ignore_case = true)]
+    #[arg(
+        long,
+        env = "ANSIBLE_OPERATOR_ANSIBLE_LOG_EVENTS",
+        default_value = "Tasks",
+        ignore_case = true
+    )]
     pub ansible_log_events: LogEvents,
 
     /// Port of the local API proxy that playbooks use.
@@ -155,6 +172,14 @@ pub struct RunArgs {
           require_equals = true, default_missing_value = "true", action = ArgAction::Set,
           requires_if("true", "metrics_secure"))]
     pub metrics_require_rbac: bool,
+
+    /// Directory holding each CR's ansible-runner data directory and artifacts.
+    #[arg(
+        long,
+        env = "ANSIBLE_OPERATOR_RUNNER_DIR",
+        default_value = "/tmp/ansible-operator/runner"
+    )]
+    pub runner_dir: std::path::PathBuf,
 
     /// Logging flags, named as controller-runtime's zap flags.
     #[command(flatten)]
@@ -225,14 +250,25 @@ mod tests {
 
     #[test]
     fn log_events_is_case_insensitive() {
-        assert_eq!(run(&["--ansible-log-events=everything"]).ansible_log_events, LogEvents::Everything);
-        assert_eq!(run(&["--ansible-log-events", "NOTHING"]).ansible_log_events, LogEvents::Nothing);
+        assert_eq!(
+            run(&["--ansible-log-events=everything"]).ansible_log_events,
+            LogEvents::Everything
+        );
+        assert_eq!(
+            run(&["--ansible-log-events", "NOTHING"]).ansible_log_events,
+            LogEvents::Nothing
+        );
     }
 
     #[test]
     fn deprecated_metrics_alias_sets_the_same_flag() {
         assert_eq!(run(&["--metrics-addr=:9090"]).metrics_bind_address, ":9090");
-        let both = ["ansible-operator", "run", "--metrics-addr=:1", "--metrics-bind-address=:2"];
+        let both = [
+            "ansible-operator",
+            "run",
+            "--metrics-addr=:1",
+            "--metrics-bind-address=:2",
+        ];
         assert!(Cli::try_parse_from(both).is_err());
     }
 

@@ -5,7 +5,13 @@
 
 pub mod app;
 pub mod cli;
+pub mod controller;
 pub mod go_duration;
+pub mod kubeapi;
 pub mod logging;
+pub mod outcome;
+pub mod reconcile;
+pub mod runner;
+pub mod status;
 pub mod vars;
 pub mod watches;

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod operator;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,7 +15,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use serde_json::{Value, json};
@@ -34,7 +38,10 @@ pub fn kubeconfig() -> &'static Path {
             .arg("up")
             .status()
             .expect("run hack/local-cluster.sh up");
-        assert!(status.success(), "hack/local-cluster.sh up failed ({status}); see .local/cluster/logs/");
+        assert!(
+            status.success(),
+            "hack/local-cluster.sh up failed ({status}); see .local/cluster/logs/"
+        );
         repo().join(".local/cluster/kubeconfig")
     })
 }
@@ -77,7 +84,13 @@ impl Drop for TestNamespace {
         let _ = Command::new(repo().join(".local/bin/kubectl"))
             .arg("--kubeconfig")
             .arg(kubeconfig())
-            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
             .stdout(std::process::Stdio::null())
             .status();
     }
@@ -86,7 +99,12 @@ impl Drop for TestNamespace {
 fn rand_suffix() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
     hasher.finish() as u32
 }
 
@@ -94,7 +112,11 @@ fn rand_suffix() -> u32 {
 /// and optionally the status subresource.
 pub fn crd(group: &str, kind: &str, status_subresource: bool) -> Value {
     let plural = format!("{}s", kind.to_lowercase());
-    let subresources = if status_subresource { json!({"status": {}}) } else { json!({}) };
+    let subresources = if status_subresource {
+        json!({"status": {}})
+    } else {
+        json!({})
+    };
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -117,21 +139,36 @@ pub fn crd(group: &str, kind: &str, status_subresource: bool) -> Value {
 
 /// Applies a CRD (server-side apply, so tests may share it) and waits until it is established.
 pub async fn install_crd(client: &Client, crd: &Value) {
-    let name = crd["metadata"]["name"].as_str().expect("crd has a name").to_string();
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .expect("crd has a name")
+        .to_string();
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    api.patch(&name, &PatchParams::apply("ansible-operator-tests").force(), &Patch::Apply(crd))
-        .await
-        .unwrap_or_else(|err| panic!("apply CRD {name}: {err}"));
-    wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {
-        let api = api.clone();
-        let name = name.clone();
-        async move {
-            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
-            let established = conditions.iter().any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(established.then_some(()).ok_or_else(|| format!("conditions {conditions:?}")))
-        }
-    })
+    api.patch(
+        &name,
+        &PatchParams::apply("ansible-operator-tests").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("apply CRD {name}: {err}"));
+    wait_for(
+        &format!("CRD {name} to be established"),
+        Duration::from_secs(30),
+        || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+                let established = conditions
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                Ok(established
+                    .then_some(())
+                    .ok_or_else(|| format!("conditions {conditions:?}")))
+            }
+        },
+    )
     .await;
 }
 
@@ -169,4 +206,73 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Namespaced API for a test kind (version `v1alpha1`).
+pub fn cr_api(client: &Client, group: &str, kind: &str, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1alpha1", kind));
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// Creates a CR with the given metadata extras (labels, annotations) and spec.
+pub async fn create_cr(
+    api: &Api<DynamicObject>,
+    group: &str,
+    kind: &str,
+    name: &str,
+    spec: Value,
+) -> DynamicObject {
+    create_cr_with(api, group, kind, json!({"name": name}), spec).await
+}
+
+/// Creates a CR from a full metadata object and a spec.
+pub async fn create_cr_with(
+    api: &Api<DynamicObject>,
+    group: &str,
+    kind: &str,
+    metadata: Value,
+    spec: Value,
+) -> DynamicObject {
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1alpha1"),
+        "kind": kind,
+        "metadata": metadata,
+        "spec": spec,
+    }))
+    .expect("valid CR");
+    api.create(&PostParams::default(), &object)
+        .await
+        .expect("create CR")
+}
+
+/// The condition of a type on a CR, if present.
+pub fn condition<'a>(object: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
+    object.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// Waits until the CR has condition `kind` with `status`, and returns the CR.
+pub async fn wait_for_condition(
+    api: &Api<DynamicObject>,
+    name: &str,
+    kind: &str,
+    status: &str,
+    timeout: Duration,
+) -> DynamicObject {
+    wait_for(
+        &format!("{name} to have condition {kind}={status}"),
+        timeout,
+        || async {
+            let object = api.get(name).await.map_err(|e| e.to_string())?;
+            let found = condition(&object, kind).is_some_and(|c| c["status"] == status);
+            Ok(if found {
+                Ok(object)
+            } else {
+                Err(format!("status {}", object.data["status"]))
+            })
+        },
+    )
+    .await
 }

@@ -1,0 +1,169 @@
+//! One controller per watch entry: discovery of the kind, a filtered watch per watched namespace
+//! (upstream's triggers, §6.1), and kube-runtime's queue driving [`reconcile`].
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::Selector;
+use kube::discovery::{self, Scope};
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::reconcile::{self, Context, Settings};
+use crate::watches::{Gvk, Watch};
+
+/// Why a controller could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API server does not serve the kind.
+    #[error("watch {gvk}: the API server does not serve this kind (is its CRD installed?)")]
+    NotServed {
+        /// The watched kind.
+        gvk: Gvk,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The label selector cannot be used.
+    #[error("watch {gvk}: invalid selector")]
+    Selector {
+        /// The watched kind.
+        gvk: Gvk,
+        /// Cause.
+        #[source]
+        source: kube::core::ParseExpressionError,
+    },
+}
+
+/// A watch entry resolved against the API server, ready to run.
+pub struct WatchController {
+    ctx: Arc<Context>,
+    selector: Selector,
+}
+
+impl WatchController {
+    /// Discovers the kind and prepares its controller.
+    pub async fn new(client: Client, watch: Watch, settings: Arc<Settings>) -> Result<Self, Error> {
+        let gvk = watch.gvk.clone();
+        let (resource, capabilities) =
+            discovery::pinned_kind(&client, &gvk.to_kube())
+                .await
+                .map_err(|source| Error::NotServed {
+                    gvk: gvk.clone(),
+                    source,
+                })?;
+        let selector = Selector::try_from(watch.selector.clone()).map_err(|source| Error::Selector {
+            gvk: gvk.clone(),
+            source,
+        })?;
+        let ctx = Context {
+            client,
+            watch,
+            resource,
+            namespaced: capabilities.scope == Scope::Namespaced,
+            settings,
+            backoff: Default::default(),
+        };
+        Ok(Self {
+            ctx: Arc::new(ctx),
+            selector,
+        })
+    }
+
+    /// Runs until `shutdown` is cancelled: one watch per namespace in `namespaces` (all namespaces
+    /// when empty, or when the kind is cluster-scoped), reconciles at most
+    /// `max_concurrent_reconciles` CRs at once per namespace watch.
+    pub async fn run(self, namespaces: &[String], shutdown: CancellationToken) {
+        let scopes: Vec<Option<&str>> = if namespaces.is_empty() || !self.ctx.namespaced {
+            vec![None]
+        } else {
+            namespaces.iter().map(|ns| Some(ns.as_str())).collect()
+        };
+        let runs = scopes
+            .into_iter()
+            .map(|namespace| self.run_scope(namespace, shutdown.clone()));
+        futures::future::join_all(runs).await;
+    }
+
+    async fn run_scope(&self, namespace: Option<&str>, shutdown: CancellationToken) {
+        let ctx = &self.ctx;
+        let client = ctx.client.clone();
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => Api::namespaced_with(client, namespace, &ctx.resource),
+            None => Api::all_with(client, &ctx.resource),
+        };
+        let config = watcher::Config::default().labels_from(&self.selector);
+        let writer = Writer::new(ctx.resource.clone());
+        let reader = writer.as_reader();
+        let annotations_trigger = ctx.watch.watch_annotations_changes;
+        let trigger = watcher(api, config)
+            .default_backoff()
+            .modify(|object| object.managed_fields_mut().clear())
+            .reflect(writer)
+            .applied_objects()
+            .predicate_filter(
+                move |object: &DynamicObject| trigger_hash(object, annotations_trigger),
+                PredicateConfig::default(),
+            );
+        let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles)
+            .unwrap_or(u16::MAX)
+            .max(1);
+        tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
+        let shutdown = shutdown.cancelled_owned();
+        Controller::for_stream_with(trigger, reader, ctx.resource.clone())
+            .with_config(ControllerConfig::default().concurrency(concurrency))
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+            .for_each(|result| async move {
+                if let Err(error) = result {
+                    tracing::debug!(error = %reconcile::error_chain(&error), "controller event");
+                }
+            })
+            .await;
+    }
+}
+
+/// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
+/// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
+fn trigger_hash(object: &DynamicObject, annotations: bool) -> Option<u64> {
+    let generation = object.meta().generation?;
+    let mut hasher = DefaultHasher::new();
+    generation.hash(&mut hasher);
+    if annotations {
+        object.meta().annotations.hash(&mut hasher);
+    }
+    Some(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn object(generation: i64, annotations: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "X",
+            "metadata": {"name": "a", "generation": generation, "annotations": annotations}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_generation_changes_trigger_by_default() {
+        let base = trigger_hash(&object(1, json!({"a": "1"})), false);
+        assert_eq!(base, trigger_hash(&object(1, json!({"a": "2"})), false));
+        assert_ne!(base, trigger_hash(&object(2, json!({"a": "1"})), false));
+    }
+
+    #[test]
+    fn annotation_changes_trigger_when_opted_in() {
+        let base = trigger_hash(&object(1, json!({"a": "1"})), true);
+        assert_ne!(base, trigger_hash(&object(1, json!({"a": "2"})), true));
+    }
+}

@@ -1,0 +1,276 @@
+//! The outcome of one Ansible run: a pure fold of its job events (upstream §4.2, §6.3).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::go_duration;
+use crate::runner::event::JobEvent;
+
+/// Message upstream uses when a failed task has no `msg`.
+const UNKNOWN_FAILURE: &str = "unknown playbook failure";
+
+/// Counters from the `playbook_on_stats` event, shaped as the status `ansibleResult`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Tasks that were ok.
+    pub ok: i64,
+    /// Tasks that changed something.
+    pub changed: i64,
+    /// Tasks that were skipped.
+    pub skipped: i64,
+    /// Tasks that failed.
+    pub failures: i64,
+    /// When the play ended, formatted as upstream (`2026-01-02T03:04:05.123456+00:00`).
+    pub completion: String,
+}
+
+/// A failed or unreachable task that makes the run fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Host the task ran against.
+    pub host: String,
+    /// Task name.
+    pub task: String,
+    /// The task's message, or upstream's "unknown playbook failure".
+    pub message: String,
+    /// True when the host could not be reached.
+    pub unreachable: bool,
+}
+
+/// Everything the operator learns from a run's events.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Final counters; `None` when the run produced no `playbook_on_stats` event.
+    pub stats: Option<Stats>,
+    /// Failures that count (not ignored, not rescued), in event order.
+    pub failures: Vec<Failure>,
+    /// Period asked for by `operator_sdk.util.requeue_after`.
+    pub requeue_after: Option<Duration>,
+    /// A `requeue_after` result whose period could not be parsed.
+    pub bad_requeue_period: Option<String>,
+}
+
+impl Outcome {
+    /// Folds one event into the outcome.
+    pub fn observe(&mut self, event: &JobEvent) {
+        match event.event.as_str() {
+            "playbook_on_stats" => self.stats = Some(stats(event)),
+            "runner_on_failed" if counts_as_failure(event) => self.failures.push(failure(event, false)),
+            "runner_on_unreachable" => self.failures.push(failure(event, true)),
+            _ => {}
+        }
+        if is_requeue_after(event)
+            && let Some(period) = event
+                .result()
+                .and_then(|res| res.get("period"))
+                .and_then(Value::as_str)
+        {
+            match go_duration::parse(period) {
+                Ok(period) => self.requeue_after = Some(period),
+                Err(_) => self.bad_requeue_period = Some(period.to_string()),
+            }
+        }
+    }
+
+    /// True when the run finished (stats received) without a counted failure.
+    pub fn succeeded(&self) -> bool {
+        self.stats.is_some() && self.failures.is_empty()
+    }
+
+    /// Failure messages joined with newlines, as upstream's `Failure` condition message.
+    pub fn failure_message(&self) -> String {
+        self.failures
+            .iter()
+            .map(Failure::describe)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Failure {
+    /// Upstream shows a failed task's `msg`; an unreachable host is named, since upstream ignores it.
+    pub fn describe(&self) -> String {
+        if self.unreachable {
+            format!("host {} unreachable: {}", self.host, self.message)
+        } else {
+            self.message.clone()
+        }
+    }
+}
+
+/// Upstream ignores failures with `ignore_errors` and those a `rescue` block handled.
+fn counts_as_failure(event: &JobEvent) -> bool {
+    let ignored = event.event_data.get("ignore_errors").and_then(Value::as_bool) == Some(true);
+    let rescued = event
+        .event_data
+        .get("rescued")
+        .and_then(Value::as_object)
+        .is_some_and(|hosts| hosts.values().any(|v| v.as_i64() == Some(1)));
+    !ignored && !rescued
+}
+
+fn failure(event: &JobEvent, unreachable: bool) -> Failure {
+    let message = event
+        .result()
+        .and_then(|res| res.get("msg"))
+        .and_then(Value::as_str)
+        .unwrap_or(UNKNOWN_FAILURE);
+    Failure {
+        host: event.data_str("host").unwrap_or_default().to_string(),
+        task: event.data_str("task").unwrap_or_default().to_string(),
+        message: message.to_string(),
+        unreachable,
+    }
+}
+
+/// The module's short name counts only on events that are not failures, as upstream.
+fn is_requeue_after(event: &JobEvent) -> bool {
+    match event.data_str("task_action") {
+        Some("operator_sdk.util.requeue_after") => true,
+        Some("requeue_after") => event.event != "runner_on_failed",
+        _ => false,
+    }
+}
+
+/// Sums the per-host counters (upstream reads only `localhost`; with one host it is the same).
+fn stats(event: &JobEvent) -> Stats {
+    let total = |key: &str| -> i64 {
+        event
+            .event_data
+            .get(key)
+            .and_then(Value::as_object)
+            .map(|hosts| hosts.values().filter_map(Value::as_i64).sum())
+            .unwrap_or(0)
+    };
+    Stats {
+        ok: total("ok"),
+        changed: total("changed"),
+        skipped: total("skipped"),
+        failures: total("failures"),
+        completion: completion(&event.created),
+    }
+}
+
+/// Re-emits runner's `created` time as upstream does: fractional seconds without trailing zeros.
+fn completion(created: &str) -> String {
+    let Some((base, fraction)) = created.strip_suffix("+00:00").and_then(|t| t.split_once('.')) else {
+        return created.to_string();
+    };
+    let digits: String = fraction.chars().take(9).collect();
+    let digits = digits.trim_end_matches('0');
+    if digits.is_empty() {
+        format!("{base}+00:00")
+    } else {
+        format!("{base}.{digits}+00:00")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn event(value: Value) -> JobEvent {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn fold(events: &[Value]) -> Outcome {
+        let mut outcome = Outcome::default();
+        for e in events {
+            outcome.observe(&event(e.clone()));
+        }
+        outcome
+    }
+
+    fn stats_event() -> Value {
+        json!({"event": "playbook_on_stats", "created": "2026-11-21T05:20:01.123400+00:00",
+               "event_data": {"ok": {"localhost": 3}, "changed": {"localhost": 1},
+                              "skipped": {"localhost": 2}, "failures": {}}})
+    }
+
+    #[test]
+    fn stats_event_gives_the_counters_and_completion_time() {
+        let outcome = fold(&[stats_event()]);
+        assert!(outcome.succeeded());
+        assert_eq!(
+            outcome.stats,
+            Some(Stats {
+                ok: 3,
+                changed: 1,
+                skipped: 2,
+                failures: 0,
+                completion: "2026-11-21T05:20:01.1234+00:00".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_run_without_stats_did_not_succeed() {
+        assert!(!fold(&[json!({"event": "verbose", "stdout": "ERROR!"})]).succeeded());
+    }
+
+    #[test]
+    fn failed_task_message_becomes_the_failure_message() {
+        let outcome = fold(&[
+            json!({"event": "runner_on_failed", "event_data": {"host": "localhost", "task": "boom", "res": {"msg": "it broke"}}}),
+            json!({"event": "runner_on_failed", "event_data": {"host": "localhost", "task": "boom2", "res": {"rc": 1}}}),
+            stats_event(),
+        ]);
+        assert!(!outcome.succeeded());
+        assert_eq!(outcome.failure_message(), "it broke\nunknown playbook failure");
+    }
+
+    #[test]
+    fn ignored_and_rescued_failures_do_not_count() {
+        let outcome = fold(&[
+            json!({"event": "runner_on_failed", "event_data": {"ignore_errors": true, "res": {"msg": "x"}}}),
+            json!({"event": "runner_on_failed", "event_data": {"rescued": {"localhost": 1}, "res": {"msg": "y"}}}),
+            stats_event(),
+        ]);
+        assert!(outcome.succeeded(), "{outcome:?}");
+    }
+
+    #[test]
+    fn unreachable_host_fails_the_run_and_is_named() {
+        let outcome = fold(&[
+            json!({"event": "runner_on_unreachable", "event_data": {"host": "node-1", "res": {"msg": "ssh: connect refused"}}}),
+            stats_event(),
+        ]);
+        assert!(!outcome.succeeded());
+        assert_eq!(
+            outcome.failure_message(),
+            "host node-1 unreachable: ssh: connect refused"
+        );
+    }
+
+    #[test]
+    fn requeue_after_result_sets_the_period() {
+        let outcome = fold(&[
+            json!({"event": "runner_on_ok", "event_data": {"task_action": "operator_sdk.util.requeue_after", "res": {"period": "1m30s"}}}),
+            stats_event(),
+        ]);
+        assert_eq!(outcome.requeue_after, Some(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn short_requeue_after_name_is_ignored_on_failed_events() {
+        let outcome = fold(&[json!({"event": "runner_on_failed",
+            "event_data": {"task_action": "requeue_after", "res": {"period": "5s", "msg": "bad"}}})]);
+        assert_eq!(outcome.requeue_after, None);
+    }
+
+    #[test]
+    fn completion_trims_trailing_zeros() {
+        assert_eq!(
+            completion("2026-01-01T00:00:00.500000+00:00"),
+            "2026-01-01T00:00:00.5+00:00"
+        );
+        assert_eq!(
+            completion("2026-01-01T00:00:00.000000+00:00"),
+            "2026-01-01T00:00:00+00:00"
+        );
+        assert_eq!(completion("garbage"), "garbage");
+    }
+}

@@ -1,0 +1,423 @@
+//! One reconcile of one CR (upstream §6.2): decide, mark Running, build the vars, run Ansible, fold
+//! the events, handle the finalizer, write the outcome to status, and choose when to come back.
+
+pub mod annotations;
+pub mod backoff;
+pub mod decide;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Client, ResourceExt};
+use serde_json::{Map, Value, json};
+use tracing::Instrument;
+
+use crate::go_duration;
+use crate::kubeapi::{self, with_timeout};
+use crate::outcome::Outcome;
+use crate::runner::{self, Inventory, RunSpec};
+use crate::status::{self, Transition};
+use crate::vars::{self, VarsInput};
+use crate::watches::Watch;
+use decide::{After, Before};
+
+/// How soon a CR that started terminating during a run is looked at again (as upstream).
+const FINALIZER_REQUEUE: Duration = Duration::from_secs(5);
+
+/// Upstream's status message when the run could not start.
+const UNABLE_TO_RUN: &str = "Unable to run reconciliation";
+
+/// Settings shared by every reconcile of the process.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--reconcile-period`.
+    pub reconcile_period: Duration,
+    /// Runner settings (program, logging).
+    pub runner: runner::Settings,
+    /// Where the per-CR data directories live.
+    pub runner_dir: PathBuf,
+    /// `--ansible-args`.
+    pub ansible_args: String,
+    /// Inventory for every run.
+    pub inventory: Inventory,
+    /// `ANSIBLE_GATHERING=explicit`: skip facts in role mode.
+    pub role_skip_facts: bool,
+    /// Kubeconfig playbooks use (`K8S_AUTH_KUBECONFIG`, `KUBECONFIG`); `None` leaves them unset.
+    pub playbook_kubeconfig: Option<PathBuf>,
+    /// Further environment for playbooks (`--ansible-roles-path`, `--ansible-collections-path`).
+    pub playbook_env: Vec<(String, String)>,
+}
+
+/// Everything a reconcile of one watched kind needs.
+pub struct Context {
+    /// Client with the operator's credentials.
+    pub client: Client,
+    /// The watch entry.
+    pub watch: Watch,
+    /// The kind's API resource, from discovery.
+    pub resource: ApiResource,
+    /// Whether the kind is namespaced.
+    pub namespaced: bool,
+    /// Process-wide settings.
+    pub settings: Arc<Settings>,
+    /// Failure counts for the retry backoff.
+    pub backoff: backoff::Backoff,
+}
+
+/// Why a reconcile failed; each leads to a retry with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or updating the CR failed.
+    #[error("{action} {key}")]
+    Api {
+        /// What was attempted.
+        action: &'static str,
+        /// namespace/name.
+        key: String,
+        /// Cause.
+        #[source]
+        source: kubeapi::Error,
+    },
+    /// Writing the status failed.
+    #[error(transparent)]
+    Status(#[from] status::Error),
+    /// The reconcile-period annotation is not a duration.
+    #[error("annotation {annotation} of {key}")]
+    Annotation {
+        /// The annotation.
+        annotation: &'static str,
+        /// namespace/name.
+        key: String,
+        /// Cause.
+        #[source]
+        source: go_duration::Error,
+    },
+    /// ansible-runner could not run.
+    #[error("run ansible-runner for {key}")]
+    Runner {
+        /// namespace/name.
+        key: String,
+        /// Cause.
+        #[source]
+        source: runner::Error,
+    },
+    /// The run ended without a `playbook_on_stats` event.
+    #[error("did not receive playbook_on_stats event for {key}: {output}")]
+    NoStats {
+        /// namespace/name.
+        key: String,
+        /// What the runner printed.
+        output: String,
+    },
+    /// A task failed.
+    #[error("event runner on failed for {key}")]
+    TaskFailed {
+        /// namespace/name.
+        key: String,
+    },
+}
+
+/// Reconciles one CR. Called by the controller, at most once at a time per CR.
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = key_of(&object);
+    let ident = new_ident();
+    let span = tracing::info_span!(
+        "reconcile",
+        gvk = %ctx.watch.gvk,
+        namespace = object.namespace().unwrap_or_default(),
+        name = object.name_any(),
+        job = %ident,
+    );
+    let result = reconcile_inner(&object, &ctx, &key, ident)
+        .instrument(span.clone())
+        .await;
+    let _entered = span.enter();
+    match &result {
+        Ok(action) => {
+            ctx.backoff.reset(&key);
+            tracing::debug!(?action, "reconcile done");
+        }
+        Err(error) => tracing::error!(error = %error_chain(error), "reconcile failed"),
+    }
+    result
+}
+
+/// The controller's error policy: retry with per-CR exponential backoff.
+pub fn error_policy(object: Arc<DynamicObject>, _error: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.backoff.failed(&key_of(&object)))
+}
+
+async fn reconcile_inner(
+    object: &DynamicObject,
+    ctx: &Context,
+    key: &str,
+    ident: String,
+) -> Result<Action, Error> {
+    let api = api_for(ctx, object);
+    let name = object.name_any();
+    let Some(mut current) = get(&api, &name, key).await? else {
+        return Ok(Action::await_change());
+    };
+    let watch = &ctx.watch;
+    let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
+
+    let period = match annotations::reconcile_period(current.annotations()) {
+        Ok(period) => period.unwrap_or(watch.reconcile_period.unwrap_or(ctx.settings.reconcile_period)),
+        Err(source) => {
+            let message = format!("Unable to parse reconcile period annotation: {source}");
+            status::write(
+                &api,
+                &name,
+                &Transition::failed(message, None),
+                current.metadata.generation,
+            )
+            .await?;
+            return Err(Error::Annotation {
+                annotation: annotations::RECONCILE_PERIOD,
+                key: key.into(),
+                source,
+            });
+        }
+    };
+
+    let finalizing = match decide::before(&current.metadata, finalizer) {
+        Before::SkipTerminating => {
+            tracing::info!("resource is terminated, skipping reconciliation");
+            return Ok(Action::await_change());
+        }
+        Before::Finalize => true,
+        Before::Run { add_finalizer } => {
+            if let (true, Some(finalizer)) = (add_finalizer, finalizer) {
+                match set_finalizer(&api, &current, finalizer, true, key).await? {
+                    Some(updated) => current = updated,
+                    None => return Ok(Action::await_change()),
+                }
+            }
+            false
+        }
+    };
+    let generation = current.metadata.generation;
+
+    if watch.manage_status {
+        match status::write(&api, &name, &Transition::Running, generation).await? {
+            Some(updated) => current = updated,
+            None => return Ok(Action::await_change()),
+        }
+    }
+
+    let spec = run_spec(ctx, &current, finalizing, ident);
+    let report = match runner::run(&ctx.settings.runner, &spec).await {
+        Ok(report) => report,
+        Err(source) => {
+            let message = format!("{UNABLE_TO_RUN}: {}", error_chain(&source));
+            status::write(&api, &name, &Transition::failed(message, None), generation).await?;
+            return Err(Error::Runner {
+                key: key.into(),
+                source,
+            });
+        }
+    };
+    let outcome = &report.outcome;
+    let Some(stats) = outcome.stats.clone() else {
+        let output = report.error_text();
+        let message = format!("did not receive playbook_on_stats event: {output}");
+        status::write(&api, &name, &Transition::failed(message, None), generation).await?;
+        return Err(Error::NoStats {
+            key: key.into(),
+            output,
+        });
+    };
+    if let Some(period) = &outcome.bad_requeue_period {
+        tracing::warn!(period = %period, "requeue_after returned a period that is not a duration");
+    }
+
+    let Some(after_run) = get(&api, &name, key).await? else {
+        return Ok(Action::await_change());
+    };
+    let mut next = requeue(outcome, period);
+    match decide::after(&after_run.metadata, finalizer, finalizing, outcome.succeeded()) {
+        After::RemoveFinalizer => {
+            if let Some(finalizer) = finalizer {
+                set_finalizer(&api, &after_run, finalizer, false, key).await?;
+            }
+            return Ok(Action::await_change());
+        }
+        After::RunFinalizerSoon => next = Action::requeue(FINALIZER_REQUEUE),
+        After::Nothing => {}
+    }
+
+    if watch.manage_status {
+        let transition = if outcome.succeeded() {
+            Transition::Succeeded(stats)
+        } else {
+            Transition::failed(outcome.failure_message(), Some(stats))
+        };
+        status::write(&api, &name, &transition, generation).await?;
+    }
+    if !outcome.succeeded() {
+        return Err(Error::TaskFailed { key: key.into() });
+    }
+    Ok(next)
+}
+
+/// After success: the `requeue_after` module's period, else the configured one (0 = wait for a change).
+fn requeue(outcome: &Outcome, period: Duration) -> Action {
+    match outcome.requeue_after.unwrap_or(period) {
+        Duration::ZERO => Action::await_change(),
+        period => {
+            if outcome.requeue_after.is_some() {
+                tracing::info!(period = %go_duration::format(period), "set the reconciliation to occur after");
+            }
+            Action::requeue(period)
+        }
+    }
+}
+
+fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: String) -> RunSpec {
+    let watch = &ctx.watch;
+    let settings = &ctx.settings;
+    let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
+    let target = finalizer
+        .and_then(|f| f.target.clone())
+        .unwrap_or_else(|| watch.target.clone());
+    let object_json = serde_json::to_value(object).unwrap_or(Value::Null);
+    if !object_json["spec"].is_object() {
+        tracing::debug!("spec was not found for CR");
+    }
+    let extra_vars = vars::extra_vars(&VarsInput {
+        object: &object_json,
+        group: &watch.gvk.group,
+        kind: &watch.gvk.kind,
+        snake_case_parameters: watch.snake_case_parameters,
+        mark_unsafe: watch.mark_unsafe,
+        watch_vars: &watch.vars,
+        finalizer_vars: finalizer.map(|f| &f.vars),
+    });
+    let mut env_vars: Map<String, Value> = settings
+        .playbook_env
+        .iter()
+        .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
+        .collect();
+    if let Some(kubeconfig) = &settings.playbook_kubeconfig {
+        let path = Value::from(kubeconfig.display().to_string());
+        env_vars.insert("K8S_AUTH_KUBECONFIG".into(), path.clone());
+        env_vars.insert("KUBECONFIG".into(), path);
+    }
+    let annotations = object.annotations();
+    RunSpec {
+        dir: runner_dir(settings, watch, object),
+        target,
+        extra_vars,
+        env_vars,
+        verbosity: annotations::verbosity(annotations).unwrap_or(watch.ansible_verbosity),
+        rotate_artifacts: annotations::max_runner_artifacts(annotations)
+            .unwrap_or(watch.max_runner_artifacts),
+        ident,
+        ansible_args: settings.ansible_args.clone(),
+        inventory: settings.inventory.clone(),
+        role_skip_facts: settings.role_skip_facts,
+    }
+}
+
+/// `<runner dir>/<group>/<version>/<kind>/<namespace>/<name>`, as upstream (no namespace segment
+/// for cluster-scoped CRs).
+pub fn runner_dir(settings: &Settings, watch: &Watch, object: &DynamicObject) -> PathBuf {
+    let gvk = &watch.gvk;
+    let mut dir = settings
+        .runner_dir
+        .join(&gvk.group)
+        .join(&gvk.version)
+        .join(&gvk.kind);
+    if let Some(namespace) = object.namespace() {
+        dir.push(namespace);
+    }
+    dir.join(object.name_any())
+}
+
+async fn get(api: &Api<DynamicObject>, name: &str, key: &str) -> Result<Option<DynamicObject>, Error> {
+    with_timeout(api.get_opt(name))
+        .await
+        .map_err(|source| Error::Api {
+            action: "read",
+            key: key.into(),
+            source,
+        })
+}
+
+/// Adds or removes our finalizer with a merge patch guarded by the resourceVersion read. Returns the
+/// updated CR, or `None` when it is gone.
+async fn set_finalizer(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    finalizer: &str,
+    present: bool,
+    key: &str,
+) -> Result<Option<DynamicObject>, Error> {
+    let mut finalizers: Vec<String> = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(finalizer.to_string());
+    }
+    let patch = json!({"metadata": {"resourceVersion": object.resource_version(), "finalizers": finalizers}});
+    let action = if present {
+        "add the finalizer to"
+    } else {
+        "remove the finalizer from"
+    };
+    match with_timeout(api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch))).await {
+        Ok(updated) => {
+            tracing::info!(finalizer, present, "updated finalizers");
+            Ok(Some(updated))
+        }
+        Err(err) if err.is_not_found() => Ok(None),
+        Err(source) => Err(Error::Api {
+            action,
+            key: key.into(),
+            source,
+        }),
+    }
+}
+
+fn api_for(ctx: &Context, object: &DynamicObject) -> Api<DynamicObject> {
+    match object.namespace().filter(|_| ctx.namespaced) {
+        Some(namespace) => Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.resource),
+        None => Api::all_with(ctx.client.clone(), &ctx.resource),
+    }
+}
+
+/// `namespace/name` (or `name` for cluster-scoped CRs).
+pub fn key_of(object: &DynamicObject) -> String {
+    match object.namespace() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    }
+}
+
+/// A unique run id: decimal, like upstream's non-negative random int63.
+fn new_ident() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    (hasher.finish() >> 1).to_string()
+}
+
+/// An error and its sources on one line, each source once.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

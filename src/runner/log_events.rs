@@ -1,0 +1,118 @@
+//! Ansible task progress in the operator's log, per `--ansible-log-events` (upstream §4.3), with
+//! structured fields. Task arguments and results are not logged: they may carry secrets.
+
+use crate::cli::LogEvents;
+use crate::outcome::Outcome;
+use crate::runner::Settings;
+use crate::runner::event::JobEvent;
+
+/// Logs the events of one run; the caller's span carries the CR and job.
+pub struct Logger {
+    mode: LogEvents,
+    raw_stdout: bool,
+    recap: Option<String>,
+}
+
+impl Logger {
+    /// A logger for one run.
+    pub fn new(settings: &Settings) -> Self {
+        Self {
+            mode: settings.log_events,
+            raw_stdout: settings.log_raw_stdout,
+            recap: None,
+        }
+    }
+
+    /// Logs one event as the mode asks.
+    pub fn log(&mut self, event: &JobEvent) {
+        if event.event == "playbook_on_stats" {
+            self.recap = Some(super::strip_ansi(event.stdout.trim()));
+        }
+        let task = event.data_str("task");
+        match self.mode {
+            LogEvents::Nothing => {}
+            LogEvents::Everything => tracing::info!(
+                event_type = %event.event,
+                task = task.unwrap_or_default(),
+                host = event.data_str("host").unwrap_or_default(),
+                stdout = %event.stdout.trim(),
+                "ansible event"
+            ),
+            LogEvents::Tasks if task.is_none() => {}
+            LogEvents::Tasks if self.raw_stdout => {
+                if !event.stdout.trim().is_empty() {
+                    tracing::info!(event_type = %event.event, stdout = %event.stdout.trim(), "ansible output");
+                }
+            }
+            LogEvents::Tasks => log_task(event, task.unwrap_or_default()),
+        }
+    }
+
+    /// Logs the play recap once the run has ended.
+    pub fn finish(&self, outcome: &Outcome) {
+        if self.mode == LogEvents::Nothing {
+            return;
+        }
+        match (&self.recap, &outcome.stats) {
+            (Some(recap), Some(stats)) => tracing::info!(
+                ok = stats.ok,
+                changed = stats.changed,
+                skipped = stats.skipped,
+                failures = stats.failures,
+                recap = %recap,
+                "ansible run finished"
+            ),
+            _ => tracing::warn!("ansible run ended without a play recap"),
+        }
+    }
+}
+
+fn log_task(event: &JobEvent, task: &str) {
+    let action = event.data_str("task_action").unwrap_or_default();
+    let host = event.data_str("host").unwrap_or_default();
+    match event.event.as_str() {
+        "playbook_on_task_start"
+            if !matches!(
+                action,
+                "set_fact" | "debug" | "ansible.builtin.set_fact" | "ansible.builtin.debug"
+            ) =>
+        {
+            tracing::info!(task, action, "[playbook task start]")
+        }
+        "runner_on_ok" if matches!(action, "debug" | "ansible.builtin.debug") => {
+            let msg = event
+                .result()
+                .and_then(|res| res.get("msg"))
+                .map(ToString::to_string);
+            tracing::info!(task, host, msg = msg.unwrap_or_default(), "[playbook debug]")
+        }
+        "runner_on_failed" => {
+            let msg = event
+                .result()
+                .and_then(|res| res.get("msg"))
+                .and_then(|m| m.as_str());
+            let ignored = event.event_data.get("ignore_errors").and_then(|v| v.as_bool()) == Some(true);
+            tracing::error!(
+                task,
+                action,
+                host,
+                ignored,
+                msg = msg.unwrap_or_default(),
+                "[playbook task failed]"
+            )
+        }
+        "runner_on_unreachable" => {
+            let msg = event
+                .result()
+                .and_then(|res| res.get("msg"))
+                .and_then(|m| m.as_str());
+            tracing::error!(
+                task,
+                host,
+                msg = msg.unwrap_or_default(),
+                "[playbook host unreachable]"
+            )
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,222 @@
+//! Running ansible-runner: write the private data dir, start the process tree, follow its JSON
+//! event stream, fold it into an [`Outcome`], and leave nothing running behind.
+
+pub mod event;
+pub mod input_dir;
+mod log_events;
+pub mod process;
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Command;
+
+pub use input_dir::{Inventory, RunSpec};
+
+use crate::cli::LogEvents;
+use crate::outcome::Outcome;
+use event::Line;
+use process::ProcessTree;
+
+/// Lines of non-event output kept to explain a run that produced no stats.
+const OUTPUT_TAIL: usize = 40;
+
+/// Process-wide settings of the runner.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The `ansible-runner` executable (looked up on `PATH` when relative).
+    pub program: PathBuf,
+    /// Which events reach the log (`--ansible-log-events`).
+    pub log_events: LogEvents,
+    /// Raw event stdout instead of summaries (`ANSIBLE_VERBOSITY` > 0, as upstream).
+    pub log_raw_stdout: bool,
+    /// Print each run's full stdout afterwards (`ANSIBLE_DEBUG_LOGS`).
+    pub debug_logs: bool,
+}
+
+/// What a finished run tells.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The fold of the run's events.
+    pub outcome: Outcome,
+    /// The last lines ansible-runner printed outside events (errors, tracebacks).
+    pub output: Vec<String>,
+    /// Exit code of ansible-runner (`None` if killed by a signal).
+    pub exit_code: Option<i32>,
+}
+
+impl Report {
+    /// The runner's own words for a run that ended without stats.
+    pub fn error_text(&self) -> String {
+        let text = self.output.join("\n");
+        let text = text.trim();
+        match self.exit_code {
+            _ if !text.is_empty() => text.to_string(),
+            Some(code) => format!("ansible-runner exited with code {code} and printed nothing"),
+            None => "ansible-runner was killed by a signal".to_string(),
+        }
+    }
+}
+
+/// Why a run could not happen at all.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The private data dir could not be written.
+    #[error("write the runner input in {dir}")]
+    WriteInput {
+        /// The CR's runner directory.
+        dir: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// ansible-runner could not be started (not installed, not executable).
+    #[error("start {program}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Waiting for ansible-runner failed.
+    #[error("wait for ansible-runner")]
+    Wait(#[source] std::io::Error),
+}
+
+/// Runs ansible-runner for one reconcile and follows it to the end. Dropping the future kills the
+/// whole process tree.
+pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
+    input_dir::write(spec).map_err(|source| Error::WriteInput {
+        dir: spec.dir.clone(),
+        source,
+    })?;
+    let env = spec
+        .env_vars
+        .iter()
+        .filter_map(|(key, value)| Some((key, value.as_str()?)));
+    let mut child = Command::new(&settings.program)
+        .args(spec.argv())
+        .envs(env)
+        .env("PYTHONUNBUFFERED", "1")
+        // Colour codes would end up in status messages and log fields.
+        .env("ANSIBLE_NOCOLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            program: settings.program.clone(),
+            source,
+        })?;
+    let mut tree = ProcessTree::new(child.id().unwrap_or_default());
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+
+    let mut outcome = Outcome::default();
+    let mut output = VecDeque::new();
+    let mut logger = log_events::Logger::new(settings);
+    let mut stderr_lines = VecDeque::new();
+    let mut transcript = settings.debug_logs.then(String::new);
+    let (_, _, status) = tokio::join!(
+        read_lines(stdout, |line| match Line::parse(&line) {
+            Line::Event(event) => {
+                logger.log(&event);
+                if let Some(transcript) = transcript.as_mut().filter(|_| !event.stdout.is_empty()) {
+                    transcript.push_str(&strip_ansi(&event.stdout));
+                    transcript.push('\n');
+                }
+                if matches!(event.event.as_str(), "verbose" | "error") {
+                    push_bounded(&mut output, strip_ansi(event.stdout.trim_end()));
+                }
+                outcome.observe(&event);
+            }
+            Line::Text(text) => push_bounded(&mut output, strip_ansi(&text)),
+        }),
+        read_lines(stderr, |line| push_bounded(
+            &mut stderr_lines,
+            strip_ansi(line.trim_end())
+        )),
+        child.wait(),
+    );
+    let status = status.map_err(Error::Wait)?;
+    tree.root_exited();
+    drop(tree);
+    logger.finish(&outcome);
+
+    if let Err(error) = input_dir::link_latest(spec) {
+        tracing::warn!(%error, "could not point artifacts/latest at this run");
+    }
+    if let Some(transcript) = transcript {
+        println!(
+            "----- Ansible Debug Result ({}) -----\n{transcript}----------",
+            spec.dir.display()
+        );
+    }
+    output.extend(stderr_lines);
+    let output: Vec<String> = output.into_iter().filter(|line| !line.is_empty()).collect();
+    let skip = output.len().saturating_sub(OUTPUT_TAIL);
+    Ok(Report {
+        outcome,
+        output: output.into_iter().skip(skip).collect(),
+        exit_code: status.code(),
+    })
+}
+
+fn push_bounded(lines: &mut VecDeque<String>, line: String) {
+    if lines.len() == OUTPUT_TAIL {
+        lines.pop_front();
+    }
+    lines.push_back(line);
+}
+
+/// Calls `each` with every line (lossily decoded) until the stream ends.
+async fn read_lines(stream: impl AsyncRead + Unpin, mut each: impl FnMut(String)) {
+    let mut reader = BufReader::new(stream);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => each(String::from_utf8_lossy(&buffer).into_owned()),
+        }
+    }
+}
+
+/// Removes terminal escape sequences (`ESC [ ... letter`), which Ansible adds when it thinks it
+/// writes to a terminal.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else if c != '\r' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_ansi;
+
+    #[test]
+    fn escape_sequences_and_carriage_returns_are_removed() {
+        assert_eq!(
+            strip_ansi("\u{1b}[0;31m[ERROR]: boom\u{1b}[0m\r"),
+            "[ERROR]: boom"
+        );
+        assert_eq!(strip_ansi("plain"), "plain");
+    }
+}

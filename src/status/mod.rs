@@ -1,0 +1,120 @@
+//! The CR's status: conditions computed purely (`conditions`) and written through the status
+//! subresource with a merge patch guarded by the resourceVersion read, so keys other than
+//! `conditions` (for example from `operator_sdk.util.k8s_status`) are never touched.
+
+pub mod conditions;
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+pub use conditions::Transition;
+
+use crate::kubeapi::{self, with_timeout};
+
+/// Attempts before a status write gives up on conflicting writers.
+const ATTEMPTS: usize = 5;
+
+/// Why a status write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the CR failed.
+    #[error("read {name} for its status")]
+    Read {
+        /// CR name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kubeapi::Error,
+    },
+    /// The status subresource rejected the write (or the CRD has none).
+    #[error("write the status of {name}")]
+    Write {
+        /// CR name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kubeapi::Error,
+    },
+    /// The kind has no status subresource (enable `subresources: {status: {}}` in the CRD, or set
+    /// `manageStatus: false`).
+    #[error("write the status of {name}: the kind does not support the status subresource")]
+    NoStatusSubresource {
+        /// CR name.
+        name: String,
+    },
+    /// Other writers kept changing the CR.
+    #[error("write the status of {name}: still conflicting after {ATTEMPTS} attempts")]
+    Conflict {
+        /// CR name.
+        name: String,
+    },
+}
+
+/// Applies a transition to the CR's conditions. Returns the CR as written (the freshest copy), or
+/// `None` when the CR no longer exists.
+pub async fn write(
+    api: &Api<DynamicObject>,
+    name: &str,
+    transition: &Transition,
+    generation: Option<i64>,
+) -> Result<Option<DynamicObject>, Error> {
+    for _ in 0..ATTEMPTS {
+        let current = match with_timeout(api.get_opt(name)).await {
+            Ok(Some(object)) => object,
+            Ok(None) => return Ok(None),
+            Err(source) => {
+                return Err(Error::Read {
+                    name: name.to_string(),
+                    source,
+                });
+            }
+        };
+        let existing = current.data["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let next = conditions::next(&existing, transition, &now(), generation);
+        if next == existing {
+            return Ok(Some(current));
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "status": {"conditions": next},
+        });
+        match with_timeout(api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+            Ok(written) => return Ok(Some(written)),
+            Err(err) if err.is_conflict() => continue,
+            Err(err) if err.is_not_found() => {
+                // Either the CR is gone, or its kind has no status subresource.
+                return match with_timeout(api.get_opt(name)).await {
+                    Ok(None) => Ok(None),
+                    _ => Err(Error::NoStatusSubresource {
+                        name: name.to_string(),
+                    }),
+                };
+            }
+            Err(source) => {
+                return Err(Error::Write {
+                    name: name.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Err(Error::Conflict {
+        name: name.to_string(),
+    })
+}
+
+/// The current time as a Kubernetes condition timestamp (RFC 3339, seconds, UTC).
+pub fn now() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The conditions of an object, for callers that inspect them.
+pub fn conditions_of(object: &DynamicObject) -> &[Value] {
+    object.data["status"]["conditions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}

@@ -1,0 +1,162 @@
+//! The real `ansible-operator` binary, run as a subprocess against the test cluster with the
+//! project's Ansible venv, scoped to one namespace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{kubeconfig, repo};
+
+/// A running operator; stopped (SIGTERM, then SIGKILL) when dropped. Its log is kept in `log_path`.
+pub struct Operator {
+    child: Child,
+    /// Working directory holding watches.yaml, the runner directory and the log.
+    pub dir: PathBuf,
+}
+
+/// How to start an operator.
+pub struct OperatorConfig<'a> {
+    /// Text of watches.yaml (may use `{fixtures}` for the fixtures directory).
+    pub watches: &'a str,
+    /// Namespaces to watch (`WATCH_NAMESPACE`).
+    pub namespace: &'a str,
+    /// Further flags.
+    pub args: Vec<String>,
+    /// Further environment.
+    pub env: Vec<(String, String)>,
+}
+
+impl<'a> OperatorConfig<'a> {
+    /// An operator on `watches` watching `namespace`.
+    pub fn new(watches: &'a str, namespace: &'a str) -> Self {
+        Self {
+            watches,
+            namespace,
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// Adds a flag.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    /// Starts the operator.
+    pub fn start(self) -> Operator {
+        let dir = scratch_dir(self.namespace);
+        let watches = self
+            .watches
+            .replace("{fixtures}", &fixtures().display().to_string());
+        std::fs::write(dir.join("watches.yaml"), watches).expect("write watches.yaml");
+        let log = std::fs::File::create(dir.join("operator.log")).expect("create operator log");
+        let child = command(&dir)
+            .args(["run", "--watches-file=watches.yaml", "--zap-devel"])
+            .arg(format!("--runner-dir={}", dir.join("runner").display()))
+            .args(&self.args)
+            .env("WATCH_NAMESPACE", self.namespace)
+            .envs(self.env)
+            .stdout(log.try_clone().expect("clone log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("start ansible-operator");
+        Operator { child, dir }
+    }
+}
+
+impl Operator {
+    /// Path of the operator's combined stdout and stderr.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("operator.log")
+    }
+
+    /// The operator's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// The CR's runner data directory.
+    pub fn runner_dir(&self, group: &str, kind: &str, namespace: &str, name: &str) -> PathBuf {
+        self.dir
+            .join("runner")
+            .join(group)
+            .join("v1alpha1")
+            .join(kind)
+            .join(namespace)
+            .join(name)
+    }
+
+    /// Sends SIGTERM and waits (up to `timeout`) for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if self.terminate(Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "---- operator log ({}) ----\n{}",
+                self.log_path().display(),
+                self.log()
+            );
+        }
+    }
+}
+
+/// The operator binary with the test cluster and the project's venv in its environment.
+pub fn command(dir: &Path) -> Command {
+    let venv = repo().join(".venv");
+    let path = format!(
+        "{}:{}:{}",
+        venv.join("bin").display(),
+        repo().join(".local/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ansible-operator"));
+    command
+        .current_dir(dir)
+        .env("KUBECONFIG", kubeconfig())
+        .env("PATH", path)
+        .env("VIRTUAL_ENV", &venv)
+        .env_remove("WATCH_NAMESPACE")
+        .env_remove("ANSIBLE_INVENTORY")
+        .stdin(Stdio::null());
+    command
+}
+
+/// `tests/fixtures`.
+pub fn fixtures() -> PathBuf {
+    repo().join("tests/fixtures")
+}
+
+/// A fresh directory under the target dir for one operator run.
+pub fn scratch_dir(label: &str) -> PathBuf {
+    let dir = repo()
+        .join("target/test-operators")
+        .join(format!("{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
