@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Installs the Ansible toolchain the operator runs playbooks with into <repo>/.venv:
+# pinned ansible-core, ansible-runner, the kubernetes client and pytest (hack/requirements-ansible.txt),
+# the kubernetes.core collection (extracted from the `ansible` community wheel, since Galaxy may be
+# unreachable) and the repository's own operator_sdk.util collection (symlinked, so edits apply at once).
+# Idempotent: the pip step is skipped when the requirements file is unchanged, the wheel is cached.
+set -euo pipefail
+
+ANSIBLE_BUNDLE_VERSION="12.3.0"
+ANSIBLE_BUNDLE_SHA256="cd156f82fa87f7a899212b0efa9f7ca3a24d609212de9f78428a572eb01e5414"
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+venv="${repo}/.venv"
+requirements="${repo}/hack/requirements-ansible.txt"
+own_collection="${repo}/collections/ansible_collections/operator_sdk/util"
+cache_dir="${XDG_CACHE_HOME:-${HOME}/.cache}/ansible-operator"
+python="${PYTHON:-python3}"
+
+log() { printf '[install-ansible] %s\n' "$*" >&2; }
+
+# 1. venv with the pinned Python packages.
+req_sha="$(sha256sum "${requirements}" | cut -d' ' -f1)"
+stamp="${venv}/.installed-${req_sha}"
+if [[ -f "${stamp}" ]]; then
+  log "python packages up to date (${stamp#"${repo}/"})"
+else
+  if [[ ! -x "${venv}/bin/python" ]]; then
+    log "creating venv ${venv} with $("${python}" --version 2>&1)"
+    "${python}" -m venv "${venv}"
+  fi
+  log "installing pinned packages from ${requirements#"${repo}/"}"
+  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${requirements}"
+  rm -f "${venv}"/.installed-*
+  touch "${stamp}"
+fi
+
+site_packages="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+collections_dir="${site_packages}/ansible_collections"
+mkdir -p "${collections_dir}"
+
+# 2. kubernetes.core from the ansible community wheel (cached outside the repo).
+wheel="${cache_dir}/ansible-${ANSIBLE_BUNDLE_VERSION}-py3-none-any.whl"
+if [[ -f "${wheel}" ]]; then
+  log "using cached ${wheel}"
+else
+  log "downloading ansible==${ANSIBLE_BUNDLE_VERSION} wheel (~54 MB) into ${cache_dir}"
+  mkdir -p "${cache_dir}"
+  tmp_dl="$(mktemp -d "${cache_dir}/download.XXXXXX")"
+  trap 'rm -rf "${tmp_dl}"' EXIT
+  "${venv}/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+    --dest "${tmp_dl}" "ansible==${ANSIBLE_BUNDLE_VERSION}"
+  got_sha="$(sha256sum "${tmp_dl}/$(basename "${wheel}")" | cut -d' ' -f1)"
+  if [[ "${got_sha}" != "${ANSIBLE_BUNDLE_SHA256}" ]]; then
+    log "error: sha256 of the downloaded wheel is ${got_sha}, expected ${ANSIBLE_BUNDLE_SHA256}"
+    exit 1
+  fi
+  mv "${tmp_dl}/$(basename "${wheel}")" "${wheel}"
+  rm -rf "${tmp_dl}"
+  trap - EXIT
+fi
+
+k8s_core_marker="${collections_dir}/kubernetes/core/.from-ansible-${ANSIBLE_BUNDLE_VERSION}"
+if [[ -f "${k8s_core_marker}" ]]; then
+  log "kubernetes.core already extracted"
+else
+  log "extracting kubernetes.core into ${collections_dir#"${repo}/"}"
+  rm -rf "${collections_dir}/kubernetes/core"
+  "${venv}/bin/python" - "${wheel}" "${site_packages}" <<'PY'
+import sys
+import zipfile
+
+wheel, dest = sys.argv[1], sys.argv[2]
+prefix = "ansible_collections/kubernetes/core/"
+with zipfile.ZipFile(wheel) as zf:
+    members = [m for m in zf.namelist() if m.startswith(prefix)]
+    if not members:
+        sys.exit(f"{wheel} holds no {prefix}")
+    zf.extractall(dest, members)
+PY
+  touch "${k8s_core_marker}"
+fi
+
+# 3. The project's own operator_sdk.util collection, live from the repository.
+if [[ ! -d "${own_collection}" ]]; then
+  log "error: ${own_collection} does not exist"
+  exit 1
+fi
+mkdir -p "${collections_dir}/operator_sdk"
+link="${collections_dir}/operator_sdk/util"
+if [[ "$(readlink "${link}" 2>/dev/null || true)" == "${own_collection}" ]]; then
+  log "operator_sdk.util already linked to ${own_collection#"${repo}/"}"
+else
+  log "linking operator_sdk.util -> ${own_collection}"
+  # ln -sfn would create the link inside a real directory left by an earlier install.
+  if [[ -d "${link}" && ! -L "${link}" ]]; then
+    rm -rf "${link}"
+  fi
+  ln -sfn "${own_collection}" "${link}"
+fi
+
+# 4. Verify that the pieces are usable.
+log "verifying"
+"${venv}/bin/ansible-doc" kubernetes.core.k8s >/dev/null
+"${venv}/bin/ansible-doc" operator_sdk.util.k8s_status >/dev/null
+runner_version="$("${venv}/bin/ansible-runner" --version)"
+core_version="$("${venv}/bin/python" -c 'import ansible.release as r; print(r.__version__)')"
+log "ok: ansible-core ${core_version}, ansible-runner ${runner_version}, kubernetes.core and operator_sdk.util in ${collections_dir}"
