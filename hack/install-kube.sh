@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the pinned local control plane: kube-apiserver, kube-controller-manager, kubectl and etcd,
+# Installs the pinned local control plane: kube-apiserver, kube-controller-manager, kubectl, etcd and etcdctl,
 # built with the machine's Go toolchain from the Kubernetes Go modules pinned in hack/kube/go.mod.
 # Binaries are cached outside the repository, keyed by version, and linked into .local/bin/, so a
 # fresh clone on the same machine does not rebuild.
@@ -13,7 +13,7 @@ etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/ansible-operator/kube-$kube_version-etcd-$etcd_version"
 bin="$repo/.local/bin"
-commands=(kube-apiserver kube-controller-manager kubectl etcd)
+commands=(kube-apiserver kube-controller-manager kubectl etcd etcdctl)
 
 missing=()
 for cmd in "${commands[@]}"; do
@@ -34,6 +34,7 @@ if ((${#missing[@]})); then
   for cmd in "${missing[@]}"; do
     case "$cmd" in
       etcd) pkg=go.etcd.io/etcd/server/v3 ;;
+      etcdctl) pkg=go.etcd.io/etcd/etcdctl/v3 ;;
       *) pkg=k8s.io/kubernetes/cmd/$cmd ;;
     esac
     echo "install-kube: go build $pkg"

@@ -72,6 +72,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     for warning in &loaded.warnings {
         tracing::warn!(file = %args.watches_file.display(), "{warning}");
     }
+    if loaded.watches.is_empty() {
+        tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
+    }
 
     let client = kube::Client::try_default()
         .await

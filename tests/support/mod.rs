@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod configmaps;
 pub mod operator;
 
 use std::future::Future;
@@ -16,7 +17,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -170,6 +172,24 @@ pub async fn install_crd(client: &Client, crd: &Value) {
         },
     )
     .await;
+    // "Established" can come a moment before the API server serves the new resource.
+    let field = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    let gvk = GroupVersionKind::gvk(
+        &field(&crd["spec"]["group"]),
+        &field(&crd["spec"]["versions"][0]["name"]),
+        &field(&crd["spec"]["names"]["kind"]),
+    );
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &field(&crd["spec"]["names"]["plural"]));
+    let served: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    wait_for(
+        &format!("CRD {name} to be served"),
+        Duration::from_secs(30),
+        || async {
+            let listed = served.list(&ListParams::default().limit(1)).await;
+            Ok(listed.map(|_| ()).map_err(|e| e.to_string()))
+        },
+    )
+    .await;
 }
 
 /// Deletes an object and ignores "not found".
@@ -274,5 +294,20 @@ pub async fn wait_for_condition(
             })
         },
     )
+    .await
+}
+
+/// Waits until the object no longer exists.
+pub async fn wait_for_absent<K>(api: &Api<K>, name: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{name} to be gone"), timeout, || async {
+        let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
+        Ok(match found {
+            None => Ok(()),
+            Some(object) => Err(format!("still there: {:?}", object.meta())),
+        })
+    })
     .await
 }

@@ -24,17 +24,19 @@ pub struct OperatorConfig<'a> {
     pub args: Vec<String>,
     /// Further environment.
     pub env: Vec<(String, String)>,
+    /// Run in this directory with its own `watches.yaml` instead of writing `watches`.
+    pub project: Option<PathBuf>,
 }
 
 impl<'a> OperatorConfig<'a> {
     /// An operator on `watches` watching `namespace`.
     pub fn new(watches: &'a str, namespace: &'a str) -> Self {
-        Self {
-            watches,
-            namespace,
-            args: Vec::new(),
-            env: Vec::new(),
-        }
+        Self { watches, namespace, args: Vec::new(), env: Vec::new(), project: None }
+    }
+
+    /// An operator on an existing project directory (its `watches.yaml`, roles and playbooks).
+    pub fn project(project: PathBuf, namespace: &'a str) -> Self {
+        Self { project: Some(project), ..Self::new("", namespace) }
     }
 
     /// Adds a flag.
@@ -52,12 +54,16 @@ impl<'a> OperatorConfig<'a> {
     /// Starts the operator.
     pub fn start(self) -> Operator {
         let dir = scratch_dir(self.namespace);
-        let watches = self
-            .watches
-            .replace("{fixtures}", &fixtures().display().to_string());
-        std::fs::write(dir.join("watches.yaml"), watches).expect("write watches.yaml");
+        let cwd = match &self.project {
+            Some(project) => project.clone(),
+            None => {
+                let watches = self.watches.replace("{fixtures}", &fixtures().display().to_string());
+                std::fs::write(dir.join("watches.yaml"), watches).expect("write watches.yaml");
+                dir.clone()
+            }
+        };
         let log = std::fs::File::create(dir.join("operator.log")).expect("create operator log");
-        let child = command(&dir)
+        let child = command(&cwd)
             .args(["run", "--watches-file=watches.yaml", "--zap-devel"])
             .arg(format!("--runner-dir={}", dir.join("runner").display()))
             .args(&self.args)

@@ -1,0 +1,90 @@
+//! The sample operator at the repository root (`watches.yaml`, `roles/`, `playbooks/`, `deploy/`),
+//! run as `make run` runs it, against the real cluster and the real local etcd.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams};
+use serde_json::{Value, json};
+use support::operator::{OperatorConfig, scratch_dir};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn install_sample_crds(client: &kube::Client) {
+    for file in ["cache.example.com_memcacheds.yaml", "etcd.example.com_etcdbackups.yaml"] {
+        let text = std::fs::read_to_string(support::repo().join("deploy/crds").join(file)).expect("read CRD");
+        let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");
+        support::install_crd(client, &crd).await;
+    }
+}
+
+#[tokio::test]
+async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "sample-memcached").await;
+    install_sample_crds(&client).await;
+    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
+    let api = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
+
+    support::create_cr(&api, "cache.example.com", "Memcached", "cache", json!({"size": 2, "memoryLimitMb": 128}))
+        .await;
+    let done = support::wait_for_condition(&api, "cache", "Successful", "True", WAIT).await;
+    assert_eq!(done.data["status"]["deployment"], "cache-memcached", "k8s_status wrote custom status");
+    assert_eq!(done.data["status"]["replicas"], 2);
+    assert!(done.metadata.finalizers.iter().flatten().any(|f| f == "cache.example.com/finalizer"));
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let deployment = deployments.get("cache-memcached").await.expect("deployment created");
+    assert_eq!(deployment.spec.unwrap().replicas, Some(2));
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let settings = configmaps.get("cache-memcached").await.expect("settings created");
+    assert_eq!(settings.data.unwrap()["memory_limit_mb"], "128", "camelCase spec key reached the role");
+
+    api.delete("cache", &DeleteParams::default()).await.expect("delete CR");
+    support::wait_for("the Memcached CR to be finalized and gone", WAIT, || async {
+        let cr = api.get_opt("cache").await.map_err(|e| e.to_string())?;
+        let deployment = deployments.get_opt("cache-memcached").await.map_err(|e| e.to_string())?;
+        Ok(match (cr, deployment) {
+            (None, None) => Ok(()),
+            (cr, deployment) => Err(format!("CR present: {}, deployment present: {}", cr.is_some(), deployment.is_some())),
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn etcd_backup_snapshots_the_real_etcd_and_records_path_and_size() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "sample-etcdbackup").await;
+    install_sample_crds(&client).await;
+    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
+    let api = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
+    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
+    let endpoint = format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
+
+    let spec = json!({"endpoint": endpoint, "backupDir": backup_dir.display().to_string()});
+    support::create_cr(&api, "etcd.example.com", "EtcdBackup", "nightly", spec).await;
+    let done = support::wait_for_condition(&api, "nightly", "Successful", "True", WAIT).await;
+
+    let snapshot = &done.data["status"]["snapshot"];
+    let path = snapshot["path"].as_str().expect("status.snapshot.path");
+    assert!(path.starts_with(&backup_dir.display().to_string()), "{path}");
+    let size = std::fs::metadata(path).expect("snapshot file exists").len();
+    assert!(size > 0);
+    assert_eq!(snapshot["size"].as_u64(), Some(size), "status records the file's size");
+    assert_eq!(snapshot["endpoint"], endpoint.as_str());
+
+    api.delete("nightly", &DeleteParams::default()).await.expect("delete CR");
+    support::wait_for("the snapshot to be removed by the finalizer", WAIT, || async {
+        let cr = api.get_opt("nightly").await.map_err(|e| e.to_string())?;
+        Ok(if cr.is_none() && !std::path::Path::new(path).exists() {
+            Ok(())
+        } else {
+            Err(format!("CR present: {}, file present: {}", cr.is_some(), std::path::Path::new(path).exists()))
+        })
+    })
+    .await;
+}

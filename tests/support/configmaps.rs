@@ -1,0 +1,65 @@
+//! ConfigMaps that test playbooks write as evidence of what they saw and did.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+
+/// The data of a ConfigMap, or `None` when it does not exist.
+pub async fn data(client: &Client, namespace: &str, name: &str) -> Option<BTreeMap<String, String>> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    api.get_opt(name)
+        .await
+        .unwrap_or_else(|err| panic!("read ConfigMap {namespace}/{name}: {err}"))
+        .map(|cm| cm.data.unwrap_or_default())
+}
+
+/// Waits until the ConfigMap exists and returns its data.
+pub async fn wait_for(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> BTreeMap<String, String> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    super::wait_for(&format!("ConfigMap {namespace}/{name}"), timeout, || async {
+        let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
+        Ok(found
+            .map(|cm| cm.data.unwrap_or_default())
+            .ok_or_else(|| "not found".to_string()))
+    })
+    .await
+}
+
+/// The integer under `key` (0 when the ConfigMap or the key is missing).
+pub async fn count(client: &Client, namespace: &str, name: &str, key: &str) -> u64 {
+    data(client, namespace, name)
+        .await
+        .and_then(|data| data.get(key).cloned())
+        .map_or(0, |value| {
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("{namespace}/{name} {key} is not a count: {value:?}"))
+        })
+}
+
+/// Waits until the integer under `key` is at least `at_least`, and returns it.
+pub async fn wait_for_count(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    at_least: u64,
+    timeout: Duration,
+) -> u64 {
+    super::wait_for(
+        &format!("ConfigMap {namespace}/{name} {key} >= {at_least}"),
+        timeout,
+        || async {
+            let value = count(client, namespace, name, key).await;
+            Ok((value >= at_least).then_some(value).ok_or(format!("{key}={value}")))
+        },
+    )
+    .await
+}
