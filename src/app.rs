@@ -76,9 +76,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
     }
 
-    let client = kube::Client::try_default()
-        .await
-        .context("get the cluster config")?;
+    let client = kube::Client::try_default().await.context("get the cluster config")?;
     let namespaces = watches::watch_namespaces(env.var("WATCH_NAMESPACE"));
     if namespaces.is_empty() {
         tracing::info!("watching all namespaces");
@@ -142,9 +140,7 @@ fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String
         ansible_args: args.ansible_args.clone(),
         inventory,
         role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
-        playbook_kubeconfig: var("KUBECONFIG")
-            .and_then(|v| v.split(':').next())
-            .map(PathBuf::from),
+        playbook_kubeconfig: var("KUBECONFIG").and_then(|v| v.split(':').next()).map(PathBuf::from),
         playbook_env,
     }
 }

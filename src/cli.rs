@@ -99,11 +99,7 @@ pub struct RunArgs {
     pub metrics_bind_address: String,
 
     /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
-    #[arg(
-        long,
-        env = "ANSIBLE_OPERATOR_HEALTH_PROBE_BIND_ADDRESS",
-        default_value = ":6789"
-    )]
+    #[arg(long, env = "ANSIBLE_OPERATOR_HEALTH_PROBE_BIND_ADDRESS", default_value = ":6789")]
     pub health_probe_bind_address: String,
 
     /// Run only while holding the leader-election Lease.
@@ -121,12 +117,7 @@ pub struct RunArgs {
     pub leader_election_namespace: Option<String>,
 
     /// Accepted for compatibility and ignored: the lock is always a Lease.
-    #[arg(
-        long,
-        env = "ANSIBLE_OPERATOR_LEADER_ELECT_RESOURCE_LOCK",
-        default_value = "leases",
-        hide = true
-    )]
+    #[arg(long, env = "ANSIBLE_OPERATOR_LEADER_ELECT_RESOURCE_LOCK", default_value = "leases", hide = true)]
     pub leader_elect_resource_lock: String,
 
     /// How long a leader's Lease is valid.
@@ -145,12 +136,7 @@ pub struct RunArgs {
     pub graceful_shutdown_timeout: Duration,
 
     /// Ansible events to log: Nothing, Tasks or Everything (case-insensitive).
-    #[arg(
-        long,
-        env = "ANSIBLE_OPERATOR_ANSIBLE_LOG_EVENTS",
-        default_value = "Tasks",
-        ignore_case = true
-    )]
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_LOG_EVENTS", default_value = "Tasks", ignore_case = true)]
     pub ansible_log_events: LogEvents,
 
     /// Port of the local API proxy that playbooks use.
@@ -174,11 +160,7 @@ pub struct RunArgs {
     pub metrics_require_rbac: bool,
 
     /// Directory holding each CR's ansible-runner data directory and artifacts.
-    #[arg(
-        long,
-        env = "ANSIBLE_OPERATOR_RUNNER_DIR",
-        default_value = "/tmp/ansible-operator/runner"
-    )]
+    #[arg(long, env = "ANSIBLE_OPERATOR_RUNNER_DIR", default_value = "/tmp/ansible-operator/runner")]
     pub runner_dir: std::path::PathBuf,
 
     /// Logging flags, named as controller-runtime's zap flags.
@@ -250,25 +232,14 @@ mod tests {
 
     #[test]
     fn log_events_is_case_insensitive() {
-        assert_eq!(
-            run(&["--ansible-log-events=everything"]).ansible_log_events,
-            LogEvents::Everything
-        );
-        assert_eq!(
-            run(&["--ansible-log-events", "NOTHING"]).ansible_log_events,
-            LogEvents::Nothing
-        );
+        assert_eq!(run(&["--ansible-log-events=everything"]).ansible_log_events, LogEvents::Everything);
+        assert_eq!(run(&["--ansible-log-events", "NOTHING"]).ansible_log_events, LogEvents::Nothing);
     }
 
     #[test]
     fn deprecated_metrics_alias_sets_the_same_flag() {
         assert_eq!(run(&["--metrics-addr=:9090"]).metrics_bind_address, ":9090");
-        let both = [
-            "ansible-operator",
-            "run",
-            "--metrics-addr=:1",
-            "--metrics-bind-address=:2",
-        ];
+        let both = ["ansible-operator", "run", "--metrics-addr=:1", "--metrics-bind-address=:2"];
         assert!(Cli::try_parse_from(both).is_err());
     }
 

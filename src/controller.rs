@@ -8,6 +8,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::Selector;
 use kube::discovery::{self, Scope};
+use kube::error::DiscoveryError;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
@@ -23,6 +24,12 @@ pub enum Error {
     /// The API server does not serve the kind.
     #[error("watch {gvk}: the API server does not serve this kind (is its CRD installed?)")]
     NotServed {
+        /// The watched kind.
+        gvk: Gvk,
+    },
+    /// Asking the API server about the kind failed (it may still serve it).
+    #[error("watch {gvk}: discover the kind")]
+    Discovery {
         /// The watched kind.
         gvk: Gvk,
         /// Cause.
@@ -50,17 +57,11 @@ impl WatchController {
     /// Discovers the kind and prepares its controller.
     pub async fn new(client: Client, watch: Watch, settings: Arc<Settings>) -> Result<Self, Error> {
         let gvk = watch.gvk.clone();
-        let (resource, capabilities) =
-            discovery::pinned_kind(&client, &gvk.to_kube())
-                .await
-                .map_err(|source| Error::NotServed {
-                    gvk: gvk.clone(),
-                    source,
-                })?;
-        let selector = Selector::try_from(watch.selector.clone()).map_err(|source| Error::Selector {
-            gvk: gvk.clone(),
-            source,
-        })?;
+        let (resource, capabilities) = discovery::pinned_kind(&client, &gvk.to_kube())
+            .await
+            .map_err(|source| discovery_error(&gvk, source))?;
+        let selector = Selector::try_from(watch.selector.clone())
+            .map_err(|source| Error::Selector { gvk: gvk.clone(), source })?;
         let ctx = Context {
             client,
             watch,
@@ -69,10 +70,7 @@ impl WatchController {
             settings,
             backoff: Default::default(),
         };
-        Ok(Self {
-            ctx: Arc::new(ctx),
-            selector,
-        })
+        Ok(Self { ctx: Arc::new(ctx), selector })
     }
 
     /// Runs until `shutdown` is cancelled: one watch per namespace in `namespaces` (all namespaces
@@ -84,9 +82,7 @@ impl WatchController {
         } else {
             namespaces.iter().map(|ns| Some(ns.as_str())).collect()
         };
-        let runs = scopes
-            .into_iter()
-            .map(|namespace| self.run_scope(namespace, shutdown.clone()));
+        let runs = scopes.into_iter().map(|namespace| self.run_scope(namespace, shutdown.clone()));
         futures::future::join_all(runs).await;
     }
 
@@ -110,9 +106,7 @@ impl WatchController {
                 move |object: &DynamicObject| trigger_hash(object, annotations_trigger),
                 PredicateConfig::default(),
             );
-        let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles)
-            .unwrap_or(u16::MAX)
-            .max(1);
+        let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(u16::MAX).max(1);
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
         Controller::for_stream_with(trigger, reader, ctx.resource.clone())
@@ -125,6 +119,19 @@ impl WatchController {
                 }
             })
             .await;
+    }
+}
+
+/// A kind or group the API server does not know is [`Error::NotServed`], whose message says it all;
+/// anything else (unreachable server, forbidden) keeps its cause.
+fn discovery_error(gvk: &Gvk, source: kube::Error) -> Error {
+    let gvk = gvk.clone();
+    match source {
+        kube::Error::Discovery(DiscoveryError::MissingKind(_) | DiscoveryError::MissingResource(_)) => {
+            Error::NotServed { gvk }
+        }
+        kube::Error::Api(status) if status.code == 404 => Error::NotServed { gvk },
+        source => Error::Discovery { gvk, source },
     }
 }
 

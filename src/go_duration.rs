@@ -41,18 +41,14 @@ pub fn parse(text: &str) -> Result<Duration, Error> {
     }
     let mut seconds = 0f64;
     while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         let number = &rest[..number_len];
         if number.is_empty() || number == "." || number.matches('.').count() > 1 {
             return Err(invalid());
         }
         let value: f64 = number.parse().map_err(|_| invalid())?;
         rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let factor = UNITS
             .iter()
             .find(|(name, _)| *name == &rest[..unit_len])
@@ -124,10 +120,7 @@ mod tests {
     #[test]
     fn rejects_what_go_rejects() {
         for bad in ["", "5", "1d", "s", "1.2.3s", "1 h", "soon", "-", "."] {
-            assert!(
-                matches!(parse(bad), Err(Error::Invalid(_))),
-                "{bad:?} should be rejected"
-            );
+            assert!(matches!(parse(bad), Err(Error::Invalid(_))), "{bad:?} should be rejected");
         }
         assert_eq!(parse("-1s"), Err(Error::Negative("-1s".into())));
     }

@@ -13,20 +13,11 @@ pub fn init(args: &LogArgs) {
         None => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let encoder = args.zap_encoder.unwrap_or(if args.zap_devel {
-        LogEncoder::Console
-    } else {
-        LogEncoder::Json
-    });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let encoder =
+        args.zap_encoder.unwrap_or(if args.zap_devel { LogEncoder::Console } else { LogEncoder::Json });
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match encoder {
-        LogEncoder::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_span_list(false)
-            .try_init(),
+        LogEncoder::Json => builder.json().flatten_event(true).with_span_list(false).try_init(),
         LogEncoder::Console => builder.try_init(),
     };
 }

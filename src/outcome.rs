@@ -61,10 +61,7 @@ impl Outcome {
             _ => {}
         }
         if is_requeue_after(event)
-            && let Some(period) = event
-                .result()
-                .and_then(|res| res.get("period"))
-                .and_then(Value::as_str)
+            && let Some(period) = event.result().and_then(|res| res.get("period")).and_then(Value::as_str)
         {
             match go_duration::parse(period) {
                 Ok(period) => self.requeue_after = Some(period),
@@ -80,11 +77,7 @@ impl Outcome {
 
     /// Failure messages joined with newlines, as upstream's `Failure` condition message.
     pub fn failure_message(&self) -> String {
-        self.failures
-            .iter()
-            .map(Failure::describe)
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.failures.iter().map(Failure::describe).collect::<Vec<_>>().join("\n")
     }
 }
 
@@ -111,11 +104,8 @@ fn counts_as_failure(event: &JobEvent) -> bool {
 }
 
 fn failure(event: &JobEvent, unreachable: bool) -> Failure {
-    let message = event
-        .result()
-        .and_then(|res| res.get("msg"))
-        .and_then(Value::as_str)
-        .unwrap_or(UNKNOWN_FAILURE);
+    let message =
+        event.result().and_then(|res| res.get("msg")).and_then(Value::as_str).unwrap_or(UNKNOWN_FAILURE);
     Failure {
         host: event.data_str("host").unwrap_or_default().to_string(),
         task: event.data_str("task").unwrap_or_default().to_string(),
@@ -159,11 +149,7 @@ fn completion(created: &str) -> String {
     };
     let digits: String = fraction.chars().take(9).collect();
     let digits = digits.trim_end_matches('0');
-    if digits.is_empty() {
-        format!("{base}+00:00")
-    } else {
-        format!("{base}.{digits}+00:00")
-    }
+    if digits.is_empty() { format!("{base}+00:00") } else { format!("{base}.{digits}+00:00") }
 }
 
 #[cfg(test)]
@@ -239,10 +225,7 @@ mod tests {
             stats_event(),
         ]);
         assert!(!outcome.succeeded());
-        assert_eq!(
-            outcome.failure_message(),
-            "host node-1 unreachable: ssh: connect refused"
-        );
+        assert_eq!(outcome.failure_message(), "host node-1 unreachable: ssh: connect refused");
     }
 
     #[test]
@@ -263,14 +246,8 @@ mod tests {
 
     #[test]
     fn completion_trims_trailing_zeros() {
-        assert_eq!(
-            completion("2026-01-01T00:00:00.500000+00:00"),
-            "2026-01-01T00:00:00.5+00:00"
-        );
-        assert_eq!(
-            completion("2026-01-01T00:00:00.000000+00:00"),
-            "2026-01-01T00:00:00+00:00"
-        );
+        assert_eq!(completion("2026-01-01T00:00:00.500000+00:00"), "2026-01-01T00:00:00.5+00:00");
+        assert_eq!(completion("2026-01-01T00:00:00.000000+00:00"), "2026-01-01T00:00:00+00:00");
         assert_eq!(completion("garbage"), "garbage");
     }
 }

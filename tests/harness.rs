@@ -18,9 +18,7 @@ async fn status_written_through_the_subresource_is_seen_by_a_watch() {
     let gvk = GroupVersionKind::gvk("harness.test.example.com", "v1alpha1", "Widget");
     let resource = ApiResource::from_gvk(&gvk);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &resource);
-    let mut stream = watcher(api.clone(), watcher::Config::default())
-        .applied_objects()
-        .boxed();
+    let mut stream = watcher(api.clone(), watcher::Config::default()).applied_objects().boxed();
 
     let widget: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "harness.test.example.com/v1alpha1",
@@ -29,13 +27,9 @@ async fn status_written_through_the_subresource_is_seen_by_a_watch() {
         "spec": {"size": 3}
     }))
     .unwrap();
-    api.create(&PostParams::default(), &widget)
-        .await
-        .expect("create CR");
+    api.create(&PostParams::default(), &widget).await.expect("create CR");
     let status = json!({"status": {"phase": "Ready", "observed": 3}});
-    api.patch_status("one", &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("patch status");
+    api.patch_status("one", &PatchParams::default(), &Patch::Merge(&status)).await.expect("patch status");
 
     let seen = tokio::time::timeout(Duration::from_secs(20), async {
         while let Some(event) = stream.next().await {

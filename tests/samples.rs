@@ -29,8 +29,14 @@ async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
     let api = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
 
-    support::create_cr(&api, "cache.example.com", "Memcached", "cache", json!({"size": 2, "memoryLimitMb": 128}))
-        .await;
+    support::create_cr(
+        &api,
+        "cache.example.com",
+        "Memcached",
+        "cache",
+        json!({"size": 2, "memoryLimitMb": 128}),
+    )
+    .await;
     let done = support::wait_for_condition(&api, "cache", "Successful", "True", WAIT).await;
     assert_eq!(done.data["status"]["deployment"], "cache-memcached", "k8s_status wrote custom status");
     assert_eq!(done.data["status"]["replicas"], 2);
@@ -49,7 +55,9 @@ async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
         let deployment = deployments.get_opt("cache-memcached").await.map_err(|e| e.to_string())?;
         Ok(match (cr, deployment) {
             (None, None) => Ok(()),
-            (cr, deployment) => Err(format!("CR present: {}, deployment present: {}", cr.is_some(), deployment.is_some())),
+            (cr, deployment) => {
+                Err(format!("CR present: {}, deployment present: {}", cr.is_some(), deployment.is_some()))
+            }
         })
     })
     .await;
@@ -63,7 +71,8 @@ async fn etcd_backup_snapshots_the_real_etcd_and_records_path_and_size() {
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
     let api = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
     let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
-    let endpoint = format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
+    let endpoint =
+        format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
 
     let spec = json!({"endpoint": endpoint, "backupDir": backup_dir.display().to_string()});
     support::create_cr(&api, "etcd.example.com", "EtcdBackup", "nightly", spec).await;
@@ -83,7 +92,11 @@ async fn etcd_backup_snapshots_the_real_etcd_and_records_path_and_size() {
         Ok(if cr.is_none() && !std::path::Path::new(path).exists() {
             Ok(())
         } else {
-            Err(format!("CR present: {}, file present: {}", cr.is_some(), std::path::Path::new(path).exists()))
+            Err(format!(
+                "CR present: {}, file present: {}",
+                cr.is_some(),
+                std::path::Path::new(path).exists()
+            ))
         })
     })
     .await;

@@ -16,25 +16,18 @@ pub const MAX_RUNNER_ARTIFACTS: &str = "ansible.sdk.operatorframework.io/max-run
 pub fn reconcile_period(
     annotations: &BTreeMap<String, String>,
 ) -> Result<Option<Duration>, go_duration::Error> {
-    annotations
-        .get(RECONCILE_PERIOD)
-        .map(|value| go_duration::parse(value))
-        .transpose()
+    annotations.get(RECONCILE_PERIOD).map(|value| go_duration::parse(value)).transpose()
 }
 
 /// The verbosity annotation when it is an integer (upstream ignores invalid values; like upstream
 /// there is no range check, beyond Ansible's own cap).
 pub fn verbosity(annotations: &BTreeMap<String, String>) -> Option<u8> {
-    annotations
-        .get(VERBOSITY)
-        .and_then(|value| value.trim().parse().ok())
+    annotations.get(VERBOSITY).and_then(|value| value.trim().parse().ok())
 }
 
 /// The max-runner-artifacts annotation when it is an integer.
 pub fn max_runner_artifacts(annotations: &BTreeMap<String, String>) -> Option<u32> {
-    annotations
-        .get(MAX_RUNNER_ARTIFACTS)
-        .and_then(|value| value.trim().parse().ok())
+    annotations.get(MAX_RUNNER_ARTIFACTS).and_then(|value| value.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -42,10 +35,7 @@ mod tests {
     use super::*;
 
     fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
     #[test]
@@ -55,10 +45,7 @@ mod tests {
             reconcile_period(&annotations(&[(RECONCILE_PERIOD, "5s")])),
             Ok(Some(Duration::from_secs(5)))
         );
-        assert_eq!(
-            reconcile_period(&annotations(&[(RECONCILE_PERIOD, "0s")])),
-            Ok(Some(Duration::ZERO))
-        );
+        assert_eq!(reconcile_period(&annotations(&[(RECONCILE_PERIOD, "0s")])), Ok(Some(Duration::ZERO)));
         assert!(reconcile_period(&annotations(&[(RECONCILE_PERIOD, "often")])).is_err());
     }
 
@@ -66,13 +53,7 @@ mod tests {
     fn invalid_verbosity_and_artifact_annotations_are_ignored() {
         assert_eq!(verbosity(&annotations(&[(VERBOSITY, "4")])), Some(4));
         assert_eq!(verbosity(&annotations(&[(VERBOSITY, "loud")])), None);
-        assert_eq!(
-            max_runner_artifacts(&annotations(&[(MAX_RUNNER_ARTIFACTS, "0")])),
-            Some(0)
-        );
-        assert_eq!(
-            max_runner_artifacts(&annotations(&[(MAX_RUNNER_ARTIFACTS, "-1")])),
-            None
-        );
+        assert_eq!(max_runner_artifacts(&annotations(&[(MAX_RUNNER_ARTIFACTS, "0")])), Some(0));
+        assert_eq!(max_runner_artifacts(&annotations(&[(MAX_RUNNER_ARTIFACTS, "-1")])), None);
     }
 }

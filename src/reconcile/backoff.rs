@@ -23,10 +23,7 @@ pub struct Backoff {
 impl Backoff {
     /// Records a failure and returns how long to wait before the retry.
     pub fn failed(&self, key: &str) -> Duration {
-        let mut failures = self
-            .failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut failures = self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let count = failures.entry(key.to_string()).or_default();
         *count = count.saturating_add(1);
         delay(*count)
@@ -34,10 +31,7 @@ impl Backoff {
 
     /// Forgets the CR's failures after a success (or its deletion).
     pub fn reset(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .remove(key);
+        self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(key);
     }
 }
 

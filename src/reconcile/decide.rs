@@ -23,9 +23,7 @@ pub fn before(meta: &ObjectMeta, finalizer: Option<&str>) -> Before {
     match (meta.deletion_timestamp.is_some(), has_ours) {
         (true, true) => Before::Finalize,
         (true, false) => Before::SkipTerminating,
-        (false, _) => Before::Run {
-            add_finalizer: finalizer.is_some() && !has_ours,
-        },
+        (false, _) => Before::Run { add_finalizer: finalizer.is_some() && !has_ours },
     }
 }
 
@@ -79,22 +77,13 @@ mod tests {
 
     #[test]
     fn live_cr_without_finalizer_config_just_runs() {
-        assert_eq!(
-            before(&meta(false, &[]), None),
-            Before::Run { add_finalizer: false }
-        );
+        assert_eq!(before(&meta(false, &[]), None), Before::Run { add_finalizer: false });
     }
 
     #[test]
     fn live_cr_gets_the_configured_finalizer_first() {
-        assert_eq!(
-            before(&meta(false, &[]), Some(F)),
-            Before::Run { add_finalizer: true }
-        );
-        assert_eq!(
-            before(&meta(false, &[F]), Some(F)),
-            Before::Run { add_finalizer: false }
-        );
+        assert_eq!(before(&meta(false, &[]), Some(F)), Before::Run { add_finalizer: true });
+        assert_eq!(before(&meta(false, &[F]), Some(F)), Before::Run { add_finalizer: false });
     }
 
     #[test]
@@ -110,19 +99,13 @@ mod tests {
 
     #[test]
     fn finalizer_is_removed_only_after_a_successful_finalizer_run() {
-        assert_eq!(
-            after(&meta(true, &[F]), Some(F), true, true),
-            After::RemoveFinalizer
-        );
+        assert_eq!(after(&meta(true, &[F]), Some(F), true, true), After::RemoveFinalizer);
         assert_eq!(after(&meta(true, &[F]), Some(F), true, false), After::Nothing);
     }
 
     #[test]
     fn cr_deleted_during_a_normal_run_gets_its_finalizer_run_soon() {
-        assert_eq!(
-            after(&meta(true, &[F]), Some(F), false, true),
-            After::RunFinalizerSoon
-        );
+        assert_eq!(after(&meta(true, &[F]), Some(F), false, true), After::RunFinalizerSoon);
         assert_eq!(after(&meta(false, &[F]), Some(F), false, true), After::Nothing);
     }
 }

@@ -131,9 +131,7 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         name = object.name_any(),
         job = %ident,
     );
-    let result = reconcile_inner(&object, &ctx, &key, ident)
-        .instrument(span.clone())
-        .await;
+    let result = reconcile_inner(&object, &ctx, &key, ident).instrument(span.clone()).await;
     let _entered = span.enter();
     match &result {
         Ok(action) => {
@@ -168,13 +166,8 @@ async fn reconcile_inner(
         Ok(period) => period.unwrap_or(watch.reconcile_period.unwrap_or(ctx.settings.reconcile_period)),
         Err(source) => {
             let message = format!("Unable to parse reconcile period annotation: {source}");
-            status::write(
-                &api,
-                &name,
-                &Transition::failed(message, None),
-                current.metadata.generation,
-            )
-            .await?;
+            status::write(&api, &name, &Transition::failed(message, None), current.metadata.generation)
+                .await?;
             return Err(Error::Annotation {
                 annotation: annotations::RECONCILE_PERIOD,
                 key: key.into(),
@@ -214,10 +207,7 @@ async fn reconcile_inner(
         Err(source) => {
             let message = format!("{UNABLE_TO_RUN}: {}", error_chain(&source));
             status::write(&api, &name, &Transition::failed(message, None), generation).await?;
-            return Err(Error::Runner {
-                key: key.into(),
-                source,
-            });
+            return Err(Error::Runner { key: key.into(), source });
         }
     };
     let outcome = &report.outcome;
@@ -225,10 +215,7 @@ async fn reconcile_inner(
         let output = report.error_text();
         let message = format!("did not receive playbook_on_stats event: {output}");
         status::write(&api, &name, &Transition::failed(message, None), generation).await?;
-        return Err(Error::NoStats {
-            key: key.into(),
-            output,
-        });
+        return Err(Error::NoStats { key: key.into(), output });
     };
     if let Some(period) = &outcome.bad_requeue_period {
         tracing::warn!(period = %period, "requeue_after returned a period that is not a duration");
@@ -280,9 +267,7 @@ fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: Stri
     let watch = &ctx.watch;
     let settings = &ctx.settings;
     let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
-    let target = finalizer
-        .and_then(|f| f.target.clone())
-        .unwrap_or_else(|| watch.target.clone());
+    let target = finalizer.and_then(|f| f.target.clone()).unwrap_or_else(|| watch.target.clone());
     let object_json = serde_json::to_value(object).unwrap_or(Value::Null);
     if !object_json["spec"].is_object() {
         tracing::debug!("spec was not found for CR");
@@ -326,11 +311,7 @@ fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: Stri
 /// for cluster-scoped CRs).
 pub fn runner_dir(settings: &Settings, watch: &Watch, object: &DynamicObject) -> PathBuf {
     let gvk = &watch.gvk;
-    let mut dir = settings
-        .runner_dir
-        .join(&gvk.group)
-        .join(&gvk.version)
-        .join(&gvk.kind);
+    let mut dir = settings.runner_dir.join(&gvk.group).join(&gvk.version).join(&gvk.kind);
     if let Some(namespace) = object.namespace() {
         dir.push(namespace);
     }
@@ -338,13 +319,11 @@ pub fn runner_dir(settings: &Settings, watch: &Watch, object: &DynamicObject) ->
 }
 
 async fn get(api: &Api<DynamicObject>, name: &str, key: &str) -> Result<Option<DynamicObject>, Error> {
-    with_timeout(api.get_opt(name))
-        .await
-        .map_err(|source| Error::Api {
-            action: "read",
-            key: key.into(),
-            source,
-        })
+    with_timeout(api.get_opt(name)).await.map_err(|source| Error::Api {
+        action: "read",
+        key: key.into(),
+        source,
+    })
 }
 
 /// Adds or removes our finalizer with a merge patch guarded by the resourceVersion read. Returns the
@@ -356,32 +335,20 @@ async fn set_finalizer(
     present: bool,
     key: &str,
 ) -> Result<Option<DynamicObject>, Error> {
-    let mut finalizers: Vec<String> = object
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizer)
-        .cloned()
-        .collect();
+    let mut finalizers: Vec<String> =
+        object.finalizers().iter().filter(|f| *f != finalizer).cloned().collect();
     if present {
         finalizers.push(finalizer.to_string());
     }
     let patch = json!({"metadata": {"resourceVersion": object.resource_version(), "finalizers": finalizers}});
-    let action = if present {
-        "add the finalizer to"
-    } else {
-        "remove the finalizer from"
-    };
+    let action = if present { "add the finalizer to" } else { "remove the finalizer from" };
     match with_timeout(api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch))).await {
         Ok(updated) => {
             tracing::info!(finalizer, present, "updated finalizers");
             Ok(Some(updated))
         }
         Err(err) if err.is_not_found() => Ok(None),
-        Err(source) => Err(Error::Api {
-            action,
-            key: key.into(),
-            source,
-        }),
+        Err(source) => Err(Error::Api { action, key: key.into(), source }),
     }
 }
 

@@ -65,15 +65,10 @@ mod tests {
     #[test]
     fn json_event_lines_become_events() {
         let line = r#"{"uuid":"u1","event":"runner_on_ok","event_data":{"task":"t","res":{"msg":"hi"}},"stdout":"ok: [localhost]","created":"2026-01-01T00:00:00.5+00:00"}"#;
-        let Line::Event(event) = Line::parse(line) else {
-            panic!("expected an event")
-        };
+        let Line::Event(event) = Line::parse(line) else { panic!("expected an event") };
         assert_eq!(event.event, "runner_on_ok");
         assert_eq!(event.data_str("task"), Some("t"));
-        assert_eq!(
-            event.result().and_then(|r| r.get("msg")),
-            Some(&Value::from("hi"))
-        );
+        assert_eq!(event.result().and_then(|r| r.get("msg")), Some(&Value::from("hi")));
     }
 
     #[test]
@@ -83,9 +78,6 @@ mod tests {
             Line::Text("ERROR! the playbook could not be found".into())
         );
         assert_eq!(Line::parse("{not json"), Line::Text("{not json".into()));
-        assert_eq!(
-            Line::parse("{\"status\": 1}"),
-            Line::Text("{\"status\": 1}".into())
-        );
+        assert_eq!(Line::parse("{\"status\": 1}"), Line::Text("{\"status\": 1}".into()));
     }
 }

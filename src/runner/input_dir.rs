@@ -55,10 +55,7 @@ impl RunSpec {
     /// Arguments for `ansible-runner` (upstream's, plus `-j` for the JSON event stream).
     pub fn argv(&self) -> Vec<OsString> {
         let mut argv: Vec<OsString> = vec!["run".into(), self.dir.clone().into()];
-        argv.extend([
-            "--rotate-artifacts".into(),
-            self.rotate_artifacts.to_string().into(),
-        ]);
+        argv.extend(["--rotate-artifacts".into(), self.rotate_artifacts.to_string().into()]);
         match &self.target {
             Target::Playbook(path) => argv.extend(["-p".into(), path.clone().into()]),
             Target::Role(path) => {
@@ -86,11 +83,7 @@ pub fn cmdline(ansible_args: &str) -> Option<String> {
         return None;
     }
     let quoted = ansible_args.len() >= 2 && ansible_args.starts_with('\'') && ansible_args.ends_with('\'');
-    Some(if quoted {
-        ansible_args[1..ansible_args.len() - 1].to_string()
-    } else {
-        ansible_args.to_string()
-    })
+    Some(if quoted { ansible_args[1..ansible_args.len() - 1].to_string() } else { ansible_args.to_string() })
 }
 
 /// Upstream's generated `inventory/hosts`.

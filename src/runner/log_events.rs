@@ -16,11 +16,7 @@ pub struct Logger {
 impl Logger {
     /// A logger for one run.
     pub fn new(settings: &Settings) -> Self {
-        Self {
-            mode: settings.log_events,
-            raw_stdout: settings.log_raw_stdout,
-            recap: None,
-        }
+        Self { mode: settings.log_events, raw_stdout: settings.log_raw_stdout, recap: None }
     }
 
     /// Logs one event as the mode asks.
@@ -80,17 +76,11 @@ fn log_task(event: &JobEvent, task: &str) {
             tracing::info!(task, action, "[playbook task start]")
         }
         "runner_on_ok" if matches!(action, "debug" | "ansible.builtin.debug") => {
-            let msg = event
-                .result()
-                .and_then(|res| res.get("msg"))
-                .map(ToString::to_string);
+            let msg = event.result().and_then(|res| res.get("msg")).map(ToString::to_string);
             tracing::info!(task, host, msg = msg.unwrap_or_default(), "[playbook debug]")
         }
         "runner_on_failed" => {
-            let msg = event
-                .result()
-                .and_then(|res| res.get("msg"))
-                .and_then(|m| m.as_str());
+            let msg = event.result().and_then(|res| res.get("msg")).and_then(|m| m.as_str());
             let ignored = event.event_data.get("ignore_errors").and_then(|v| v.as_bool()) == Some(true);
             tracing::error!(
                 task,
@@ -102,16 +92,8 @@ fn log_task(event: &JobEvent, task: &str) {
             )
         }
         "runner_on_unreachable" => {
-            let msg = event
-                .result()
-                .and_then(|res| res.get("msg"))
-                .and_then(|m| m.as_str());
-            tracing::error!(
-                task,
-                host,
-                msg = msg.unwrap_or_default(),
-                "[playbook host unreachable]"
-            )
+            let msg = event.result().and_then(|res| res.get("msg")).and_then(|m| m.as_str());
+            tracing::error!(task, host, msg = msg.unwrap_or_default(), "[playbook host unreachable]")
         }
         _ => {}
     }

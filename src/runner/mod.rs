@@ -89,14 +89,8 @@ pub enum Error {
 /// Runs ansible-runner for one reconcile and follows it to the end. Dropping the future kills the
 /// whole process tree.
 pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
-    input_dir::write(spec).map_err(|source| Error::WriteInput {
-        dir: spec.dir.clone(),
-        source,
-    })?;
-    let env = spec
-        .env_vars
-        .iter()
-        .filter_map(|(key, value)| Some((key, value.as_str()?)));
+    input_dir::write(spec).map_err(|source| Error::WriteInput { dir: spec.dir.clone(), source })?;
+    let env = spec.env_vars.iter().filter_map(|(key, value)| Some((key, value.as_str()?)));
     let mut child = Command::new(&settings.program)
         .args(spec.argv())
         .envs(env)
@@ -109,10 +103,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| Error::Spawn {
-            program: settings.program.clone(),
-            source,
-        })?;
+        .map_err(|source| Error::Spawn { program: settings.program.clone(), source })?;
     let mut tree = ProcessTree::new(child.id().unwrap_or_default());
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
@@ -137,10 +128,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
             }
             Line::Text(text) => push_bounded(&mut output, strip_ansi(&text)),
         }),
-        read_lines(stderr, |line| push_bounded(
-            &mut stderr_lines,
-            strip_ansi(line.trim_end())
-        )),
+        read_lines(stderr, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
         child.wait(),
     );
     let status = status.map_err(Error::Wait)?;
@@ -152,19 +140,12 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
         tracing::warn!(%error, "could not point artifacts/latest at this run");
     }
     if let Some(transcript) = transcript {
-        println!(
-            "----- Ansible Debug Result ({}) -----\n{transcript}----------",
-            spec.dir.display()
-        );
+        println!("----- Ansible Debug Result ({}) -----\n{transcript}----------", spec.dir.display());
     }
     output.extend(stderr_lines);
     let output: Vec<String> = output.into_iter().filter(|line| !line.is_empty()).collect();
     let skip = output.len().saturating_sub(OUTPUT_TAIL);
-    Ok(Report {
-        outcome,
-        output: output.into_iter().skip(skip).collect(),
-        exit_code: status.code(),
-    })
+    Ok(Report { outcome, output: output.into_iter().skip(skip).collect(), exit_code: status.code() })
 }
 
 fn push_bounded(lines: &mut VecDeque<String>, line: String) {
@@ -213,10 +194,7 @@ mod tests {
 
     #[test]
     fn escape_sequences_and_carriage_returns_are_removed() {
-        assert_eq!(
-            strip_ansi("\u{1b}[0;31m[ERROR]: boom\u{1b}[0m\r"),
-            "[ERROR]: boom"
-        );
+        assert_eq!(strip_ansi("\u{1b}[0;31m[ERROR]: boom\u{1b}[0m\r"), "[ERROR]: boom");
         assert_eq!(strip_ansi("plain"), "plain");
     }
 }

@@ -19,10 +19,7 @@ pub struct ProcessTree {
 impl ProcessTree {
     /// Adopts the tree rooted at `root` (the spawned ansible-runner).
     pub fn new(root: u32) -> Self {
-        Self {
-            root,
-            finished: false,
-        }
+        Self { root, finished: false }
     }
 
     /// Marks the root as exited; descendants it left behind are still killed on drop.
@@ -76,16 +73,11 @@ pub fn descendants(root: u32) -> Vec<u32> {
         return Vec::new();
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else {
             continue;
         };
-        if let Some(parent) = std::fs::read_to_string(entry.path().join("stat"))
-            .ok()
-            .and_then(|s| parent_of(&s))
+        if let Some(parent) =
+            std::fs::read_to_string(entry.path().join("stat")).ok().and_then(|s| parent_of(&s))
         {
             children.entry(parent).or_default().push(pid);
         }
@@ -153,9 +145,7 @@ mod tests {
     /// Alive and not a zombie waiting for a reaper.
     fn running(pid: u32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-            let state = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().next());
+            let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
             state != Some("Z")
         })
     }

@@ -54,11 +54,7 @@ pub enum Transition {
 impl Transition {
     /// A failure with upstream's `Failed` reason.
     pub fn failed(message: impl Into<String>, stats: Option<Stats>) -> Self {
-        Transition::Failed {
-            reason: reason::FAILED.to_string(),
-            message: message.into(),
-            stats,
-        }
+        Transition::Failed { reason: reason::FAILED.to_string(), message: message.into(), stats }
     }
 }
 
@@ -78,13 +74,7 @@ struct Desired<'a> {
 pub fn next(current: &[Value], transition: &Transition, now: &str, generation: Option<i64>) -> Vec<Value> {
     let mut conditions = current.to_vec();
     let list = &mut conditions;
-    let desired = |kind, status, reason, message, stats| Desired {
-        kind,
-        status,
-        reason,
-        message,
-        stats,
-    };
+    let desired = |kind, status, reason, message, stats| Desired { kind, status, reason, message, stats };
     match transition {
         Transition::Running => {
             flip_to_false(list, SUCCESSFUL, now, generation);
@@ -92,23 +82,13 @@ pub fn next(current: &[Value], transition: &Transition, now: &str, generation: O
             set_condition(list, &running, now, generation);
         }
         Transition::Succeeded(stats) => {
-            let running = desired(
-                RUNNING,
-                "True",
-                reason::SUCCESSFUL,
-                message::AWAITING,
-                Some(stats),
-            );
+            let running = desired(RUNNING, "True", reason::SUCCESSFUL, message::AWAITING, Some(stats));
             set_condition(list, &running, now, generation);
             let successful = desired(SUCCESSFUL, "True", reason::SUCCESSFUL, message::SUCCEEDED, None);
             set_condition(list, &successful, now, generation);
             set_condition(list, &desired(FAILURE, "False", "", "", None), now, generation);
         }
-        Transition::Failed {
-            reason,
-            message,
-            stats,
-        } => {
+        Transition::Failed { reason, message, stats } => {
             flip_to_false(list, RUNNING, now, generation);
             let failure = desired(FAILURE, "True", reason, message, stats.as_ref());
             set_condition(list, &failure, now, generation);
@@ -164,13 +144,7 @@ fn flip_to_false(conditions: &mut Vec<Value>, kind: &str, now: &str, generation:
     if existing["status"] == "False" {
         return;
     }
-    let desired = Desired {
-        kind,
-        status: "False",
-        reason: &reason,
-        message: &message,
-        stats: None,
-    };
+    let desired = Desired { kind, status: "False", reason: &reason, message: &message, stats: None };
     set_condition(conditions, &desired, now, generation);
 }
 
@@ -199,20 +173,11 @@ mod tests {
     const T2: &str = "2026-01-01T00:02:00Z";
 
     fn stats() -> Stats {
-        Stats {
-            ok: 2,
-            changed: 1,
-            skipped: 0,
-            failures: 0,
-            completion: "c".into(),
-        }
+        Stats { ok: 2, changed: 1, skipped: 0, failures: 0, completion: "c".into() }
     }
 
     fn find<'a>(conditions: &'a [Value], kind: &str) -> &'a Value {
-        conditions
-            .iter()
-            .find(|c| c["type"] == kind)
-            .unwrap_or_else(|| panic!("no {kind} in {conditions:?}"))
+        conditions.iter().find(|c| c["type"] == kind).unwrap_or_else(|| panic!("no {kind} in {conditions:?}"))
     }
 
     fn types(conditions: &[Value]) -> Vec<&str> {
@@ -224,10 +189,8 @@ mod tests {
         let conditions = next(&[], &Transition::Running, T0, Some(1));
         assert_eq!(
             conditions,
-            vec![
-                json!({"type": "Running", "status": "True", "lastTransitionTime": T0,
-                        "reason": "Running", "message": "Running reconciliation", "observedGeneration": 1})
-            ]
+            vec![json!({"type": "Running", "status": "True", "lastTransitionTime": T0,
+                        "reason": "Running", "message": "Running reconciliation", "observedGeneration": 1})]
         );
     }
 
@@ -243,26 +206,16 @@ mod tests {
             running["ansibleResult"],
             json!({"ok": 2, "changed": 1, "skipped": 0, "failures": 0, "completion": "c"})
         );
-        assert_eq!(
-            running["lastTransitionTime"], T0,
-            "status stayed True, so the time is kept"
-        );
-        assert_eq!(
-            find(&done, SUCCESSFUL)["message"],
-            "Last reconciliation succeeded"
-        );
+        assert_eq!(running["lastTransitionTime"], T0, "status stayed True, so the time is kept");
+        assert_eq!(find(&done, SUCCESSFUL)["message"], "Last reconciliation succeeded");
         assert_eq!(find(&done, FAILURE)["status"], "False");
         assert_eq!(find(&done, FAILURE)["reason"], "");
     }
 
     #[test]
     fn next_run_flips_successful_to_false_keeping_its_reason() {
-        let done = next(
-            &next(&[], &Transition::Running, T0, Some(1)),
-            &Transition::Succeeded(stats()),
-            T1,
-            Some(1),
-        );
+        let done =
+            next(&next(&[], &Transition::Running, T0, Some(1)), &Transition::Succeeded(stats()), T1, Some(1));
         let running = next(&done, &Transition::Running, T2, Some(2));
         let successful = find(&running, SUCCESSFUL);
         assert_eq!(successful["status"], "False");
@@ -274,12 +227,7 @@ mod tests {
     #[test]
     fn failure_sets_failure_with_message_and_counters_and_running_false() {
         let running = next(&[], &Transition::Running, T0, Some(1));
-        let failed = next(
-            &running,
-            &Transition::failed("it broke", Some(stats())),
-            T1,
-            Some(1),
-        );
+        let failed = next(&running, &Transition::failed("it broke", Some(stats())), T1, Some(1));
         let failure = find(&failed, FAILURE);
         assert_eq!(failure["status"], "True");
         assert_eq!(failure["reason"], "Failed");
@@ -295,11 +243,7 @@ mod tests {
         let first = next(&[], &Transition::failed("one", None), T0, Some(1));
         let second = next(&first, &Transition::failed("two", None), T1, Some(1));
         assert_eq!(find(&second, FAILURE)["message"], "two");
-        assert_eq!(
-            find(&second, FAILURE)["lastTransitionTime"],
-            T0,
-            "still True: time kept"
-        );
+        assert_eq!(find(&second, FAILURE)["lastTransitionTime"], T0, "still True: time kept");
     }
 
     #[test]
@@ -321,12 +265,7 @@ mod tests {
     #[test]
     fn error_without_counters_flips_successful_and_keeps_its_reason() {
         let done = next(&[], &Transition::Succeeded(stats()), T0, Some(1));
-        let failed = next(
-            &done,
-            &Transition::failed("Unable to run reconciliation", None),
-            T1,
-            Some(1),
-        );
+        let failed = next(&done, &Transition::failed("Unable to run reconciliation", None), T1, Some(1));
         assert_eq!(find(&failed, SUCCESSFUL)["status"], "False");
         assert_eq!(find(&failed, SUCCESSFUL)["reason"], "Successful");
         assert!(find(&failed, FAILURE).get("ansibleResult").is_none());

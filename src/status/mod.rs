@@ -63,16 +63,10 @@ pub async fn write(
             Ok(Some(object)) => object,
             Ok(None) => return Ok(None),
             Err(source) => {
-                return Err(Error::Read {
-                    name: name.to_string(),
-                    source,
-                });
+                return Err(Error::Read { name: name.to_string(), source });
             }
         };
-        let existing = current.data["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let existing = current.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
         let next = conditions::next(&existing, transition, &now(), generation);
         if next == existing {
             return Ok(Some(current));
@@ -88,22 +82,15 @@ pub async fn write(
                 // Either the CR is gone, or its kind has no status subresource.
                 return match with_timeout(api.get_opt(name)).await {
                     Ok(None) => Ok(None),
-                    _ => Err(Error::NoStatusSubresource {
-                        name: name.to_string(),
-                    }),
+                    _ => Err(Error::NoStatusSubresource { name: name.to_string() }),
                 };
             }
             Err(source) => {
-                return Err(Error::Write {
-                    name: name.to_string(),
-                    source,
-                });
+                return Err(Error::Write { name: name.to_string(), source });
             }
         }
     }
-    Err(Error::Conflict {
-        name: name.to_string(),
-    })
+    Err(Error::Conflict { name: name.to_string() })
 }
 
 /// The current time as a Kubernetes condition timestamp (RFC 3339, seconds, UTC).
@@ -113,8 +100,5 @@ pub fn now() -> String {
 
 /// The conditions of an object, for callers that inspect them.
 pub fn conditions_of(object: &DynamicObject) -> &[Value] {
-    object.data["status"]["conditions"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
+    object.data["status"]["conditions"].as_array().map(Vec::as_slice).unwrap_or_default()
 }

@@ -49,11 +49,8 @@ pub fn extra_vars(input: &VarsInput) -> Map<String, Value> {
         _ => &empty,
     };
 
-    let mut vars = if input.snake_case_parameters {
-        snake_case::snake_case_map_keys(spec)
-    } else {
-        spec.clone()
-    };
+    let mut vars =
+        if input.snake_case_parameters { snake_case::snake_case_map_keys(spec) } else { spec.clone() };
     if input.mark_unsafe {
         vars.values_mut().for_each(|value| *value = mark_unsafe(value));
     }
@@ -89,10 +86,7 @@ pub fn object_key(group: &str, kind: &str) -> String {
 /// `{"name": .., "namespace": ..}`, never wrapped; a missing or non-string field is `""`.
 fn meta(object: &Value) -> Value {
     let field = |name: &str| {
-        let value = object
-            .pointer(&format!("/metadata/{name}"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let value = object.pointer(&format!("/metadata/{name}")).and_then(Value::as_str).unwrap_or_default();
         Value::String(value.to_owned())
     };
     let mut meta = Map::new();
@@ -187,15 +181,9 @@ mod tests {
 
     #[test]
     fn object_key_joins_group_and_lowercased_kind_with_underscores() {
-        assert_eq!(
-            object_key("cache.example.com", "Memcached"),
-            "_cache_example_com_memcached"
-        );
+        assert_eq!(object_key("cache.example.com", "Memcached"), "_cache_example_com_memcached");
         assert_eq!(object_key("", "Secret"), "__secret");
-        assert_eq!(
-            object_key("cert-manager.k8s.io", "Foo"),
-            "_cert_manager_k8s_io_foo"
-        );
+        assert_eq!(object_key("cert-manager.k8s.io", "Foo"), "_cert_manager_k8s_io_foo");
     }
 
     #[test]
@@ -237,10 +225,7 @@ mod tests {
     fn meta_namespace_is_empty_for_cluster_scoped_cr() {
         let mut fixture = Fixture::memcached();
         fixture.object["metadata"] = json!({"name": "cluster-wide"});
-        assert_eq!(
-            fixture.vars()[META_KEY],
-            json!({"name": "cluster-wide", "namespace": ""})
-        );
+        assert_eq!(fixture.vars()[META_KEY], json!({"name": "cluster-wide", "namespace": ""}));
     }
 
     #[test]
@@ -251,14 +236,8 @@ mod tests {
         assert_eq!(vars["size"], json!(3));
         assert_eq!(vars["nested_map"], json!({"inner_key": [unsafe_str("a")]}));
         assert_eq!(vars[META_KEY], json!({"name": "sample", "namespace": "ns1"}));
-        assert_eq!(
-            vars["_cache_example_com_memcached"]["metadata"]["name"],
-            unsafe_str("sample")
-        );
-        assert_eq!(
-            vars["_cache_example_com_memcached_spec"]["fooBar"],
-            unsafe_str("{{ x }}")
-        );
+        assert_eq!(vars["_cache_example_com_memcached"]["metadata"]["name"], unsafe_str("sample"));
+        assert_eq!(vars["_cache_example_com_memcached_spec"]["fooBar"], unsafe_str("{{ x }}"));
     }
 
     #[test]
@@ -298,9 +277,8 @@ mod tests {
 
     #[test]
     fn meta_and_object_keys_override_colliding_spec_keys() {
-        let vars = Fixture::memcached()
-            .spec(json!({"ansibleOperatorMeta": 1, "ansible_operator_meta": 2}))
-            .vars();
+        let vars =
+            Fixture::memcached().spec(json!({"ansibleOperatorMeta": 1, "ansible_operator_meta": 2})).vars();
         assert_eq!(vars[META_KEY], json!({"name": "sample", "namespace": "ns1"}));
     }
 

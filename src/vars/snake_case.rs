@@ -25,18 +25,12 @@ pub fn to_snake(key: &str) -> String {
     let isolated = if is_unchanged_by_go_upper(trimmed) {
         trimmed.to_owned()
     } else {
-        SPECIAL_WORDS.iter().fold(trimmed.to_owned(), |value, word| {
-            isolate_special_word(value, word)
-        })
+        SPECIAL_WORDS.iter().fold(trimmed.to_owned(), |value, word| isolate_special_word(value, word))
     };
 
     let words = split_words(&isolated);
     let joined = words.join("_");
-    if matches!(words[0].as_str(), "http" | "url" | "ip") {
-        joined
-    } else {
-        prefix.to_owned() + &joined
-    }
+    if matches!(words[0].as_str(), "http" | "url" | "ip") { joined } else { prefix.to_owned() + &joined }
 }
 
 /// Returns `value` with every map key converted by [`to_snake`], recursing into maps and lists.
@@ -54,9 +48,7 @@ pub fn snake_case_keys(value: &Value) -> Value {
 
 /// Converts the keys of one map (and of every map below it), as upstream `MapToSnake` does.
 pub(super) fn snake_case_map_keys(map: &Map<String, Value>) -> Map<String, Value> {
-    map.iter()
-        .map(|(key, value)| (to_snake(key), snake_case_keys(value)))
-        .collect()
+    map.iter().map(|(key, value)| (to_snake(key), snake_case_keys(value))).collect()
 }
 
 /// Lowercases like Go's `strings.ToLower`, which uses the simple one-rune Unicode mapping.
@@ -121,12 +113,8 @@ fn space_letter_digit_runs(s: &str) -> String {
 /// Returns where the first digit run ends and where the match ends. Greedy digit runs never need
 /// to backtrack here, because a shorter run is always followed by a digit, not a letter.
 fn letter_digits_letter_digits(bytes: &[u8], start: usize) -> Option<(usize, usize)> {
-    let digits_end = |from: usize| {
-        from + bytes[from.min(bytes.len())..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count()
-    };
+    let digits_end =
+        |from: usize| from + bytes[from.min(bytes.len())..].iter().take_while(|b| b.is_ascii_digit()).count();
     if !bytes.get(start)?.is_ascii_alphabetic() {
         return None;
     }
@@ -161,11 +149,7 @@ fn isolate_special_word(value: String, word: &str) -> String {
             format!("{head}_{word}S_{tail}")
         };
     }
-    if idx == 0 {
-        format!("{word}_{rest}")
-    } else {
-        format!("{head}_{word}_{rest}")
-    }
+    if idx == 0 { format!("{word}_{rest}") } else { format!("{head}_{word}_{rest}") }
 }
 
 /// Splits at `' '`, `'_'`, `'-'` and at ASCII case changes, lowercasing every word.

@@ -17,11 +17,9 @@ pub fn mark_unsafe(value: &Value) -> Value {
             Value::Object(wrapped)
         }
         Value::Array(items) => Value::Array(items.iter().map(mark_unsafe).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(key, item)| (key.clone(), mark_unsafe(item)))
-                .collect(),
-        ),
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(key, item)| (key.clone(), mark_unsafe(item))).collect())
+        }
         Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
     }
 }

@@ -50,16 +50,9 @@ pub(super) struct Entry {
 
 /// Reads the GVK of entry `number` (counted from 1) and checks that version and kind are set.
 pub(super) fn read(file: &Path, number: usize, value: Value) -> Result<Entry, Error> {
-    let mut at = EntryRef {
-        file: file.to_path_buf(),
-        number,
-        gvk: None,
-    };
+    let mut at = EntryRef { file: file.to_path_buf(), number, gvk: None };
     let Value::Object(map) = value else {
-        return Err(Error::NotAMapping {
-            at: Box::new(at),
-            found: describe(&value),
-        });
+        return Err(Error::NotAMapping { at: Box::new(at), found: describe(&value) });
     };
     let known: Vec<&'static str> = UPSTREAM_KEYS.iter().chain(&EXTENSION_KEYS).copied().collect();
     let (mut fields, unknown) = Fields::split(map, &known, "");
@@ -71,12 +64,7 @@ pub(super) fn read(file: &Path, number: usize, value: Value) -> Result<Entry, Er
     if gvk.kind.is_empty() {
         return Err(Error::KindEmpty { at: Box::new(at) });
     }
-    Ok(Entry {
-        at,
-        gvk,
-        fields,
-        unknown,
-    })
+    Ok(Entry { at, gvk, fields, unknown })
 }
 
 fn read_gvk(fields: &mut Fields) -> Result<Gvk, super::fields::TypeMismatch> {
@@ -105,12 +93,7 @@ impl Entry {
         defaults: &Defaults,
         env: &Environment,
     ) -> Result<(Watch, Vec<String>), Error> {
-        let Entry {
-            at,
-            gvk,
-            mut fields,
-            mut unknown,
-        } = self;
+        let Entry { at, gvk, mut fields, mut unknown } = self;
         let mismatch = |e: super::fields::TypeMismatch| e.at(&at);
 
         let playbook = fields.string("playbook").map_err(mismatch)?.unwrap_or_default();
@@ -186,15 +169,12 @@ fn reconcile_period(fields: &mut Fields, at: &EntryRef) -> Result<Option<std::ti
         Some(Value::String(text)) => match go_duration::parse(&text) {
             Ok(period) if period.is_zero() => Ok(None),
             Ok(period) => Ok(Some(period)),
-            Err(reason) => Err(Error::ReconcilePeriod {
-                at: at.boxed(),
-                reason,
-            }),
+            Err(reason) => Err(Error::ReconcilePeriod { at: at.boxed(), reason }),
         },
         // metav1.Duration only unmarshals strings, so a bare number fails upstream too.
-        Some(other) => Err(fields
-            .mismatch("reconcilePeriod", "a go duration string such as \"30s\"", &other)
-            .at(at)),
+        Some(other) => {
+            Err(fields.mismatch("reconcilePeriod", "a go duration string such as \"30s\"", &other).at(at))
+        }
     }
 }
 
@@ -234,10 +214,7 @@ fn finalizer(
     let (mut fields, extra) = Fields::split(map, &FINALIZER_KEYS, "finalizer.");
     unknown.extend(extra);
     let name = fields.string("name").map_err(|e| e.at(at))?.unwrap_or_default();
-    let playbook = fields
-        .string("playbook")
-        .map_err(|e| e.at(at))?
-        .unwrap_or_default();
+    let playbook = fields.string("playbook").map_err(|e| e.at(at))?.unwrap_or_default();
     let role = fields.string("role").map_err(|e| e.at(at))?.unwrap_or_default();
     let vars = fields.mapping("vars").map_err(|e| e.at(at))?.unwrap_or_default();
     if name.is_empty() {
@@ -269,11 +246,7 @@ fn path_error(at: &EntryRef, in_finalizer: bool, unresolved: Unresolved) -> Erro
     match unresolved {
         Unresolved::PlaybookNotFound(path) => Error::PlaybookNotFound {
             at: at.boxed(),
-            field: if in_finalizer {
-                "finalizer.playbook"
-            } else {
-                "playbook"
-            },
+            field: if in_finalizer { "finalizer.playbook" } else { "playbook" },
             path,
         },
         Unresolved::RoleNotFound { role, tried } => Error::RoleNotFound {
@@ -295,10 +268,7 @@ fn unknown_key(at: &EntryRef, gvk: &Gvk, key: &str) -> String {
             gvk.env_var("MAX_CONCURRENT_RECONCILES")
         ),
         "ansibleverbosity" | "verbosity" => {
-            format!(
-                "; set --ansible-verbosity or {} instead",
-                gvk.env_var("ANSIBLE_VERBOSITY")
-            )
+            format!("; set --ansible-verbosity or {} instead", gvk.env_var("ANSIBLE_VERBOSITY"))
         }
         _ => String::new(),
     };

@@ -14,11 +14,7 @@ pub struct Environment {
 impl Environment {
     /// An environment with no variables and no home directory, rooted at `cwd`.
     pub fn new(cwd: impl Into<PathBuf>) -> Self {
-        Self {
-            vars: HashMap::new(),
-            cwd: cwd.into(),
-            home: None,
-        }
+        Self { vars: HashMap::new(), cwd: cwd.into(), home: None }
     }
 
     /// Captures the running process: its UTF-8 environment variables, current directory and `$HOME`.
@@ -27,15 +23,8 @@ impl Environment {
             .filter_map(|(key, value)| Some((key.into_string().ok()?, value.into_string().ok()?)))
             .collect();
         // Go's os.UserHomeDir: $HOME, and no home at all when it is empty.
-        let home = vars
-            .get("HOME")
-            .filter(|home| !home.is_empty())
-            .map(PathBuf::from);
-        Ok(Self {
-            vars,
-            cwd: std::env::current_dir()?,
-            home,
-        })
+        let home = vars.get("HOME").filter(|home| !home.is_empty()).map(PathBuf::from);
+        Ok(Self { vars, cwd: std::env::current_dir()?, home })
     }
 
     /// Returns this environment with `name` set to `value` (as the CLI does for `--ansible-roles-path`).

@@ -115,10 +115,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// A `role` was found in none of the places Ansible would look.
-    #[error(
-        "{at}: field {field:?}: role {role:?} was not found (looked in {})",
-        list(tried)
-    )]
+    #[error("{at}: field {field:?}: role {role:?} was not found (looked in {})", list(tried))]
     RoleNotFound {
         /// The entry.
         at: Box<EntryRef>,
@@ -173,9 +170,5 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn list(paths: &[PathBuf]) -> String {
-    paths
-        .iter()
-        .map(|path| path.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", ")
 }

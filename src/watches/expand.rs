@@ -59,10 +59,7 @@ fn shell_name(s: &str) -> (&str, usize) {
     if is_special(bytes[0]) {
         return (&s[0..1], 1);
     }
-    let len = bytes
-        .iter()
-        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
-        .count();
+    let len = bytes.iter().take_while(|b| b.is_ascii_alphanumeric() || **b == b'_').count();
     (&s[..len], len)
 }
 
@@ -76,16 +73,8 @@ mod tests {
     use super::*;
 
     fn run(text: &str) -> String {
-        let env = [
-            ("HOST", "example.org"),
-            ("EMPTY", ""),
-            ("1", "one"),
-            ("A_1", "a1"),
-            ("-", "dash"),
-        ];
-        expand(text, |name| {
-            env.iter().find(|(key, _)| *key == name).map(|(_, value)| *value)
-        })
+        let env = [("HOST", "example.org"), ("EMPTY", ""), ("1", "one"), ("A_1", "a1"), ("-", "dash")];
+        expand(text, |name| env.iter().find(|(key, _)| *key == name).map(|(_, value)| *value))
     }
 
     #[test]

@@ -24,12 +24,7 @@ pub(super) struct TypeMismatch {
 impl TypeMismatch {
     /// Attaches the entry the field belongs to.
     pub(super) fn at(self, at: &EntryRef) -> Error {
-        Error::FieldType {
-            at: at.boxed(),
-            field: self.field,
-            expected: self.expected,
-            found: self.found,
-        }
+        Error::FieldType { at: at.boxed(), field: self.field, expected: self.expected, found: self.found }
     }
 }
 
@@ -52,13 +47,7 @@ impl Fields {
                 None => unknown.push(format!("{prefix}{key}")),
             }
         }
-        (
-            Self {
-                prefix: prefix.to_string(),
-                values,
-            },
-            unknown,
-        )
+        (Self { prefix: prefix.to_string(), values }, unknown)
     }
 
     /// The path of `key` inside the entry, for messages.
@@ -120,11 +109,7 @@ impl Fields {
 
     /// A type error for `key`, which held `found`.
     pub(super) fn mismatch(&self, key: &str, expected: &'static str, found: &Value) -> TypeMismatch {
-        TypeMismatch {
-            field: self.path(key),
-            expected,
-            found: describe(found),
-        }
+        TypeMismatch { field: self.path(key), expected, found: describe(found) }
     }
 }
 
@@ -146,9 +131,7 @@ mod tests {
     use super::*;
 
     fn fields(value: Value) -> (Fields, Vec<String>) {
-        let Value::Object(map) = value else {
-            panic!("test input must be a mapping")
-        };
+        let Value::Object(map) = value else { panic!("test input must be a mapping") };
         Fields::split(map, &["manageStatus", "name", "count"], "finalizer.")
     }
 
@@ -156,11 +139,7 @@ mod tests {
     fn keys_match_ignoring_case() {
         for key in ["manageStatus", "ManageStatus", "managestatus", "MANAGESTATUS"] {
             let (mut fields, unknown) = fields(json!({ key: false }));
-            assert_eq!(
-                fields.boolean("manageStatus").map_err(|e| e.field).ok(),
-                Some(Some(false)),
-                "{key}"
-            );
+            assert_eq!(fields.boolean("manageStatus").map_err(|e| e.field).ok(), Some(Some(false)), "{key}");
             assert!(unknown.is_empty());
         }
     }
@@ -182,11 +161,7 @@ mod tests {
         let (mut fields, _) = fields(json!({ "name": 5 }));
         let mismatch = fields.string("name").expect_err("a number is not a string");
         assert_eq!(
-            (
-                mismatch.field.as_str(),
-                mismatch.expected,
-                mismatch.found.as_str()
-            ),
+            (mismatch.field.as_str(), mismatch.expected, mismatch.found.as_str()),
             ("finalizer.name", "a string", "5")
         );
     }

@@ -16,28 +16,18 @@ pub struct Gvk {
 impl Gvk {
     /// Builds a GVK from its three parts.
     pub fn new(group: impl Into<String>, version: impl Into<String>, kind: impl Into<String>) -> Self {
-        Self {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-        }
+        Self { group: group.into(), version: version.into(), kind: kind.into() }
     }
 
     /// The `apiVersion` of objects of this kind: `group/version`, or just `version` for the core group.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+        if self.group.is_empty() { self.version.clone() } else { format!("{}/{}", self.group, self.version) }
     }
 
     /// The name of a per-kind environment variable, built as upstream does: `<PREFIX>_<KIND>_<GROUP>`
     /// upper-cased with only `.` replaced by `_` (so the core group leaves a trailing `_`).
     pub fn env_var(&self, prefix: &str) -> String {
-        format!("{prefix}_{}_{}", self.kind, self.group)
-            .replace('.', "_")
-            .to_uppercase()
+        format!("{prefix}_{}_{}", self.kind, self.group).replace('.', "_").to_uppercase()
     }
 
     /// The same GVK as kube-rs spells it, for building API resources and watches.
@@ -93,14 +83,8 @@ mod tests {
 
     #[test]
     fn env_var_keeps_hyphens_and_leaves_a_trailing_underscore_for_the_core_group() {
-        assert_eq!(
-            Gvk::new("my-group.io", "v1", "Thing").env_var("WORKER"),
-            "WORKER_THING_MY-GROUP_IO"
-        );
-        assert_eq!(
-            Gvk::new("", "v1", "Secret").env_var("ANSIBLE_VERBOSITY"),
-            "ANSIBLE_VERBOSITY_SECRET_"
-        );
+        assert_eq!(Gvk::new("my-group.io", "v1", "Thing").env_var("WORKER"), "WORKER_THING_MY-GROUP_IO");
+        assert_eq!(Gvk::new("", "v1", "Secret").env_var("ANSIBLE_VERBOSITY"), "ANSIBLE_VERBOSITY_SECRET_");
     }
 
     #[test]

@@ -12,10 +12,8 @@ use super::{Defaults, Environment, Gvk, Loaded, entry};
 
 /// Reads and parses the watches file at `path` (see [`parse`]).
 pub fn load(path: &Path, defaults: &Defaults, env: &Environment) -> Result<Loaded> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-        file: path.to_path_buf(),
-        source,
-    })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| Error::Read { file: path.to_path_buf(), source })?;
     parse(&text, path, defaults, env)
 }
 
@@ -24,35 +22,23 @@ pub fn load(path: &Path, defaults: &Defaults, env: &Environment) -> Result<Loade
 /// role resolved against `env`. `file` is only used in messages. The first problem is the error.
 pub fn parse(text: &str, file: &Path, defaults: &Defaults, env: &Environment) -> Result<Loaded> {
     let expanded = expand(text, |name| env.var(name));
-    let document: Value =
-        serde_saphyr::from_str_with_options(&expanded, yaml_options()).map_err(|source| Error::Yaml {
-            file: file.to_path_buf(),
-            source: Box::new(source),
-        })?;
+    let document: Value = serde_saphyr::from_str_with_options(&expanded, yaml_options())
+        .map_err(|source| Error::Yaml { file: file.to_path_buf(), source: Box::new(source) })?;
     let items = match document {
         Value::Array(items) => items,
         // An empty file decodes to an empty list upstream.
         Value::Null => Vec::new(),
         other => {
-            return Err(Error::NotAList {
-                file: file.to_path_buf(),
-                found: describe(&other),
-            });
+            return Err(Error::NotAList { file: file.to_path_buf(), found: describe(&other) });
         }
     };
 
     let mut seen: HashMap<Gvk, usize> = HashMap::new();
-    let mut loaded = Loaded {
-        watches: Vec::with_capacity(items.len()),
-        warnings: Vec::new(),
-    };
+    let mut loaded = Loaded { watches: Vec::with_capacity(items.len()), warnings: Vec::new() };
     for (index, item) in items.into_iter().enumerate() {
         let entry = entry::read(file, index + 1, item)?;
         if let Some(first) = seen.get(entry.gvk()) {
-            return Err(Error::DuplicateGvk {
-                at: entry.at().boxed(),
-                first: *first,
-            });
+            return Err(Error::DuplicateGvk { at: entry.at().boxed(), first: *first });
         }
         seen.insert(entry.gvk().clone(), index + 1);
         let (watch, warnings) = entry.into_watch(defaults, env)?;

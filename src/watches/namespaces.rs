@@ -25,10 +25,7 @@ mod tests {
 
     #[test]
     fn watch_namespace_is_a_trimmed_comma_list_without_empty_items() {
-        assert_eq!(
-            watch_namespaces(Some(" team-a, team-b ,,team-c")),
-            ["team-a", "team-b", "team-c"]
-        );
+        assert_eq!(watch_namespaces(Some(" team-a, team-b ,,team-c")), ["team-a", "team-b", "team-c"]);
         assert_eq!(watch_namespaces(Some("default")), ["default"]);
     }
 }

@@ -19,16 +19,11 @@ pub(super) fn max_concurrent_reconciles(gvk: &Gvk, default: usize, env: &Environ
     let (name, text) = match (env.var(&current), env.var(&deprecated)) {
         (Some(text), _) => (current, text),
         (None, Some(text)) => {
-            warnings.push(format!(
-                "environment variable {deprecated} is deprecated, use {current} instead"
-            ));
+            warnings.push(format!("environment variable {deprecated} is deprecated, use {current} instead"));
             (deprecated, text)
         }
         (None, None) => {
-            return Override {
-                value: default,
-                warnings,
-            };
+            return Override { value: default, warnings };
         }
     };
     let value = match go_atoi(text) {
@@ -48,19 +43,10 @@ pub(super) fn max_concurrent_reconciles(gvk: &Gvk, default: usize, env: &Environ
 pub(super) fn ansible_verbosity(gvk: &Gvk, default: u8, env: &Environment) -> Override<u8> {
     let name = gvk.env_var("ANSIBLE_VERBOSITY");
     let Some(text) = env.var(&name) else {
-        return Override {
-            value: default,
-            warnings: Vec::new(),
-        };
+        return Override { value: default, warnings: Vec::new() };
     };
-    match go_atoi(text)
-        .and_then(|number| u8::try_from(number).ok())
-        .filter(|number| *number <= 7)
-    {
-        Some(value) => Override {
-            value,
-            warnings: Vec::new(),
-        },
+    match go_atoi(text).and_then(|number| u8::try_from(number).ok()).filter(|number| *number <= 7) {
+        Some(value) => Override { value, warnings: Vec::new() },
         None => Override {
             value: default,
             warnings: vec![format!(
@@ -88,19 +74,14 @@ mod tests {
     }
 
     fn env(vars: &[(&str, &str)]) -> Environment {
-        vars.iter().fold(Environment::new("/"), |env, (name, value)| {
-            env.with_var(*name, *value)
-        })
+        vars.iter().fold(Environment::new("/"), |env, (name, value)| env.with_var(*name, *value))
     }
 
     #[test]
     fn max_concurrent_reconciles_defaults_to_the_flag_value() {
         assert_eq!(
             max_concurrent_reconciles(&memcached(), 4, &env(&[])),
-            Override {
-                value: 4,
-                warnings: vec![]
-            }
+            Override { value: 4, warnings: vec![] }
         );
     }
 
@@ -116,22 +97,13 @@ mod tests {
             ("MAX_CONCURRENT_RECONCILES_MEMCACHED_CACHE_EXAMPLE_COM", "7"),
             ("WORKER_MEMCACHED_CACHE_EXAMPLE_COM", "9"),
         ]);
-        assert_eq!(
-            max_concurrent_reconciles(&memcached(), 4, &env),
-            Override {
-                value: 7,
-                warnings: vec![]
-            }
-        );
+        assert_eq!(max_concurrent_reconciles(&memcached(), 4, &env), Override { value: 7, warnings: vec![] });
     }
 
     #[test]
     fn deprecated_worker_env_var_is_used_with_a_warning() {
-        let result = max_concurrent_reconciles(
-            &memcached(),
-            4,
-            &env(&[("WORKER_MEMCACHED_CACHE_EXAMPLE_COM", "3")]),
-        );
+        let result =
+            max_concurrent_reconciles(&memcached(), 4, &env(&[("WORKER_MEMCACHED_CACHE_EXAMPLE_COM", "3")]));
         assert_eq!(result.value, 3);
         assert_eq!(
             result.warnings,
@@ -163,10 +135,7 @@ mod tests {
     #[test]
     fn core_group_env_var_name_ends_with_an_underscore() {
         let env = env(&[("MAX_CONCURRENT_RECONCILES_SECRET_", "2")]);
-        assert_eq!(
-            max_concurrent_reconciles(&Gvk::new("", "v1", "Secret"), 4, &env).value,
-            2
-        );
+        assert_eq!(max_concurrent_reconciles(&Gvk::new("", "v1", "Secret"), 4, &env).value, 2);
     }
 
     #[test]
@@ -175,10 +144,7 @@ mod tests {
             let env = env(&[("ANSIBLE_VERBOSITY_MEMCACHED_CACHE_EXAMPLE_COM", text)]);
             assert_eq!(
                 ansible_verbosity(&memcached(), 2, &env),
-                Override {
-                    value: expected,
-                    warnings: vec![]
-                }
+                Override { value: expected, warnings: vec![] }
             );
         }
     }
@@ -195,12 +161,6 @@ mod tests {
 
     #[test]
     fn ansible_verbosity_unset_is_the_flag_value_without_warning() {
-        assert_eq!(
-            ansible_verbosity(&memcached(), 2, &env(&[])),
-            Override {
-                value: 2,
-                warnings: vec![]
-            }
-        );
+        assert_eq!(ansible_verbosity(&memcached(), 2, &env(&[])), Override { value: 2, warnings: vec![] });
     }
 }

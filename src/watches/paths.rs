@@ -29,10 +29,7 @@ pub(super) fn resolve(playbook: &str, role: &str, env: &Environment) -> Result<T
         let tried = role_candidates(role, env);
         return match tried.iter().find(|path| path.exists()) {
             Some(found) => Ok(Target::Role(found.clone())),
-            None => Err(Unresolved::RoleNotFound {
-                role: role.to_string(),
-                tried,
-            }),
+            None => Err(Unresolved::RoleNotFound { role: role.to_string(), tried }),
         };
     }
     Err(Unresolved::Neither)
@@ -49,10 +46,7 @@ pub(super) fn role_candidates(role: &str, env: &Environment) -> Vec<PathBuf> {
     let parts: Vec<&str> = role.split('.').collect();
     if let [namespace, collection, name] = parts[..] {
         for parent in collections_path(env) {
-            let path = Path::new(&parent)
-                .join("ansible_collections")
-                .join(namespace)
-                .join(collection);
+            let path = Path::new(&parent).join("ansible_collections").join(namespace).join(collection);
             candidates.push(absolute(&path.join("roles").join(name), env));
         }
     }
@@ -68,10 +62,7 @@ pub(super) fn role_candidates(role: &str, env: &Environment) -> Vec<PathBuf> {
 
 /// `ANSIBLE_COLLECTIONS_PATH` split on `:`, or Ansible's default when unset or empty.
 fn collections_path(env: &Environment) -> Vec<String> {
-    match env
-        .var("ANSIBLE_COLLECTIONS_PATH")
-        .filter(|value| !value.is_empty())
-    {
+    match env.var("ANSIBLE_COLLECTIONS_PATH").filter(|value| !value.is_empty()) {
         Some(value) => value.split(':').map(str::to_string).collect(),
         None => {
             let mut paths = vec!["/usr/share/ansible/collections".to_string()];
@@ -138,10 +129,7 @@ mod tests {
         dir.file("site.yml");
         dir.dir("roles/memcached");
         let env = Environment::new(dir.path());
-        assert_eq!(
-            resolve("site.yml", "memcached", &env),
-            Ok(Target::Playbook(dir.path().join("site.yml")))
-        );
+        assert_eq!(resolve("site.yml", "memcached", &env), Ok(Target::Playbook(dir.path().join("site.yml"))));
     }
 
     #[test]
@@ -154,10 +142,7 @@ mod tests {
         let dir = TempDir::new();
         dir.dir("roles/memcached");
         let env = Environment::new(dir.path());
-        assert_eq!(
-            resolve("", "memcached", &env),
-            Ok(Target::Role(dir.path().join("roles/memcached")))
-        );
+        assert_eq!(resolve("", "memcached", &env), Ok(Target::Role(dir.path().join("roles/memcached"))));
     }
 
     #[test]
@@ -166,10 +151,7 @@ mod tests {
         dir.dir("elsewhere/myrole");
         let role = dir.path().join("elsewhere/myrole");
         let role_text = role.display().to_string();
-        assert_eq!(
-            resolve("", &role_text, &Environment::new("/")),
-            Ok(Target::Role(role.clone()))
-        );
+        assert_eq!(resolve("", &role_text, &Environment::new("/")), Ok(Target::Role(role.clone())));
         assert_eq!(role_candidates(&role_text, &Environment::new("/")), [role]);
     }
 
@@ -181,13 +163,8 @@ mod tests {
         let colls = dir.path().join("colls").display().to_string();
         let env = Environment::new(dir.path())
             .with_var("ANSIBLE_COLLECTIONS_PATH", format!("/nonexistent:{colls}"));
-        let expected = dir
-            .path()
-            .join("colls/ansible_collections/acme/cache/roles/memcached");
-        assert_eq!(
-            resolve("", "acme.cache.memcached", &env),
-            Ok(Target::Role(expected))
-        );
+        let expected = dir.path().join("colls/ansible_collections/acme/cache/roles/memcached");
+        assert_eq!(resolve("", "acme.cache.memcached", &env), Ok(Target::Role(expected)));
     }
 
     #[test]
@@ -209,11 +186,8 @@ mod tests {
         let candidates = role_candidates("a.b.c", &Environment::new("/work"));
         assert_eq!(
             candidates,
-            [
-                "/usr/share/ansible/collections/ansible_collections/a/b/roles/c",
-                "/work/roles/a.b.c"
-            ]
-            .map(PathBuf::from)
+            ["/usr/share/ansible/collections/ansible_collections/a/b/roles/c", "/work/roles/a.b.c"]
+                .map(PathBuf::from)
         );
     }
 
@@ -221,10 +195,7 @@ mod tests {
     fn only_names_with_exactly_three_dot_parts_are_looked_up_as_collections() {
         let env = Environment::new("/work").with_home("/home/op");
         assert_eq!(role_candidates("a.b", &env), [PathBuf::from("/work/roles/a.b")]);
-        assert_eq!(
-            role_candidates("a.b.c.d", &env),
-            [PathBuf::from("/work/roles/a.b.c.d")]
-        );
+        assert_eq!(role_candidates("a.b.c.d", &env), [PathBuf::from("/work/roles/a.b.c.d")]);
     }
 
     #[test]
@@ -247,9 +218,8 @@ mod tests {
         dir.dir("second/roles/memcached");
         dir.dir("third/memcached");
         dir.dir("roles/memcached");
-        let roles_path = ["first", "second", "third"]
-            .map(|p| dir.path().join(p).display().to_string())
-            .join(":");
+        let roles_path =
+            ["first", "second", "third"].map(|p| dir.path().join(p).display().to_string()).join(":");
         let env = Environment::new(dir.path()).with_var("ANSIBLE_ROLES_PATH", roles_path);
         assert_eq!(
             resolve("", "memcached", &env),
@@ -267,21 +237,14 @@ mod tests {
         assert_eq!(role, "gone");
         assert_eq!(
             tried,
-            [
-                PathBuf::from("/opt/r/gone"),
-                PathBuf::from("/opt/r/roles/gone"),
-                dir.path().join("roles/gone")
-            ]
+            [PathBuf::from("/opt/r/gone"), PathBuf::from("/opt/r/roles/gone"), dir.path().join("roles/gone")]
         );
     }
 
     #[test]
     fn paths_are_cleaned_like_go_filepath_join() {
         let env = Environment::new("/work/sub");
-        assert_eq!(
-            absolute(Path::new("./a/../b/./c.yml"), &env),
-            PathBuf::from("/work/sub/b/c.yml")
-        );
+        assert_eq!(absolute(Path::new("./a/../b/./c.yml"), &env), PathBuf::from("/work/sub/b/c.yml"));
         assert_eq!(absolute(Path::new("../x"), &env), PathBuf::from("/work/x"));
     }
 }

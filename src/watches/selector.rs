@@ -72,10 +72,7 @@ fn requirement(
     unknown.extend(extra);
     let key = fields.string("key").map_err(|e| e.at(at))?.unwrap_or_default();
     check_key(&key).map_err(|problem| invalid(at, &fields.path("key"), problem))?;
-    let operator = fields
-        .string("operator")
-        .map_err(|e| e.at(at))?
-        .unwrap_or_default();
+    let operator = fields.string("operator").map_err(|e| e.at(at))?.unwrap_or_default();
     if !OPERATORS.contains(&operator.as_str()) {
         let problem = format!(
             "{operator:?} is not a valid label selector operator (use In, NotIn, Exists or DoesNotExist)"
@@ -114,19 +111,11 @@ fn requirement(
         }
         _ => {}
     }
-    Ok(LabelSelectorRequirement {
-        key,
-        operator,
-        values,
-    })
+    Ok(LabelSelectorRequirement { key, operator, values })
 }
 
 fn invalid(at: &EntryRef, field: &str, problem: String) -> Error {
-    Error::Selector {
-        at: at.boxed(),
-        field: field.to_string(),
-        problem,
-    }
+    Error::Selector { at: at.boxed(), field: field.to_string(), problem }
 }
 
 /// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63 characters.
@@ -170,9 +159,7 @@ fn is_label_name(name: &str) -> bool {
             bytes.len() <= 63
                 && first.is_ascii_alphanumeric()
                 && last.is_ascii_alphanumeric()
-                && bytes
-                    .iter()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+                && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -201,17 +188,11 @@ mod tests {
     use super::*;
 
     fn at() -> EntryRef {
-        EntryRef {
-            file: PathBuf::from("watches.yaml"),
-            number: 1,
-            gvk: None,
-        }
+        EntryRef { file: PathBuf::from("watches.yaml"), number: 1, gvk: None }
     }
 
     fn run(value: Value) -> Result<(LabelSelector, Vec<String>), Error> {
-        let Value::Object(map) = value else {
-            panic!("test input must be a mapping")
-        };
+        let Value::Object(map) = value else { panic!("test input must be a mapping") };
         let mut unknown = Vec::new();
         parse(map, &at(), &mut unknown).map(|selector| (selector, unknown))
     }
@@ -229,15 +210,9 @@ mod tests {
         }))
         .expect("valid selector");
         assert!(unknown.is_empty());
-        assert_eq!(
-            selector.match_labels.expect("labels")["app.kubernetes.io/name"],
-            "memcached"
-        );
+        assert_eq!(selector.match_labels.expect("labels")["app.kubernetes.io/name"], "memcached");
         let expressions = selector.match_expressions.expect("expressions");
-        assert_eq!(
-            expressions[0].values,
-            Some(vec!["a".to_string(), "b".to_string()])
-        );
+        assert_eq!(expressions[0].values, Some(vec!["a".to_string(), "b".to_string()]));
         assert_eq!(expressions[1].operator, "DoesNotExist");
     }
 
@@ -245,9 +220,7 @@ mod tests {
     fn empty_selector_matches_everything() {
         assert_eq!(run(json!({})).expect("valid").0, LabelSelector::default());
         assert_eq!(
-            run(json!({"matchLabels": {}, "matchExpressions": []}))
-                .expect("valid")
-                .0,
+            run(json!({"matchLabels": {}, "matchExpressions": []})).expect("valid").0,
             LabelSelector::default()
         );
     }
@@ -257,14 +230,8 @@ mod tests {
         for operator in ["in", "Gt", "Equals", ""] {
             let message =
                 problem(json!({"matchExpressions": [{"key": "a", "operator": operator, "values": ["1"]}]}));
-            assert!(
-                message.contains("is not a valid label selector operator"),
-                "{message}"
-            );
-            assert!(
-                message.contains("selector.matchExpressions[0].operator"),
-                "{message}"
-            );
+            assert!(message.contains("is not a valid label selector operator"), "{message}");
+            assert!(message.contains("selector.matchExpressions[0].operator"), "{message}");
         }
     }
 
@@ -312,9 +279,6 @@ mod tests {
     fn unknown_selector_keys_are_reported() {
         let (_, unknown) = run(json!({"matchLabel": {"a": "b"}, "matchExpressions": [{"key": "a", "operator": "Exists", "op": 1}]}))
             .expect("valid");
-        assert_eq!(
-            unknown,
-            ["selector.matchLabel", "selector.matchExpressions[0].op"]
-        );
+        assert_eq!(unknown, ["selector.matchLabel", "selector.matchExpressions[0].op"]);
     }
 }

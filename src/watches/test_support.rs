@@ -10,11 +10,7 @@ impl TempDir {
     /// Creates a new, empty, uniquely named directory.
     pub(crate) fn new() -> Self {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let unique = format!(
-            "watches-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let unique = format!("watches-test-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let path = std::env::temp_dir().join(unique);
         std::fs::create_dir_all(&path).expect("create temp dir");
         Self(path)

@@ -8,10 +8,7 @@ use serde_json::json;
 use super::test_support::TempDir;
 use super::*;
 
-const DEFAULTS: Defaults = Defaults {
-    max_concurrent_reconciles: 4,
-    ansible_verbosity: 2,
-};
+const DEFAULTS: Defaults = Defaults { max_concurrent_reconciles: 4, ansible_verbosity: 2 };
 
 /// A project directory with `playbook.yml`, `roles/memcached` and `finalize.yml`.
 fn project() -> (TempDir, Environment) {
@@ -109,24 +106,12 @@ fn every_field_is_read() {
     assert!(!watch.manage_status && !watch.watch_dependent_resources && !watch.snake_case_parameters);
     assert!(watch.watch_cluster_scoped_resources && watch.watch_annotations_changes && watch.mark_unsafe);
     assert_eq!(watch.max_runner_artifacts, 5);
-    assert_eq!(
-        watch.blacklist,
-        [
-            Gvk::new("apps", "v1", "Deployment"),
-            Gvk::new("", "v1", "ConfigMap")
-        ]
-    );
+    assert_eq!(watch.blacklist, [Gvk::new("apps", "v1", "Deployment"), Gvk::new("", "v1", "ConfigMap")]);
     assert_eq!(watch.selector.match_labels.expect("labels")["tier"], "cache");
     let finalizer = watch.finalizer.expect("finalizer");
     assert_eq!(finalizer.name, "cache.example.com/finalizer");
-    assert_eq!(
-        finalizer.target,
-        Some(Target::Playbook(dir.path().join("finalize.yml")))
-    );
-    assert_eq!(
-        serde_json::Value::Object(finalizer.vars),
-        json!({"state": "absent"})
-    );
+    assert_eq!(finalizer.target, Some(Target::Playbook(dir.path().join("finalize.yml"))));
+    assert_eq!(serde_json::Value::Object(finalizer.vars), json!({"state": "absent"}));
 }
 
 #[test]
@@ -172,10 +157,7 @@ fn quoted_string_in_a_bool_field_is_an_error_naming_field_and_value() {
 #[test]
 fn null_fields_count_as_absent() {
     let (_dir, env) = project();
-    let watch = one(
-        &memcached("  role: memcached\n  playbook:\n  manageStatus: ~\n  vars:\n"),
-        &env,
-    );
+    let watch = one(&memcached("  role: memcached\n  playbook:\n  manageStatus: ~\n  vars:\n"), &env);
     assert!(watch.manage_status);
     assert!(matches!(watch.target, Target::Role(_)));
 }
@@ -185,10 +167,7 @@ fn environment_variables_are_expanded_before_parsing() {
     let (dir, env) = project();
     let env = env
         .with_var("WATCH_VERSION", "v1")
-        .with_var(
-            "WATCH_PLAYBOOK",
-            dir.path().join("playbook.yml").display().to_string(),
-        )
+        .with_var("WATCH_PLAYBOOK", dir.path().join("playbook.yml").display().to_string())
         .with_var("WATCH_MATCH_LABEL_VAR_NAME", "app")
         .with_var("WATCH_MATCH_LABEL_VAR_VALUE", "memcached")
         .with_var("WATCH_MATCH_EXPRESSIONS_KEY", "tier");
@@ -207,14 +186,8 @@ fn environment_variables_are_expanded_before_parsing() {
     let watch = one(text, &env);
     assert_eq!(watch.gvk.version, "v1");
     assert_eq!(watch.target, Target::Playbook(dir.path().join("playbook.yml")));
-    assert_eq!(
-        watch.selector.match_labels.as_ref().expect("labels")["app"],
-        "memcached"
-    );
-    assert_eq!(
-        watch.selector.match_expressions.as_ref().expect("expressions")[0].key,
-        "tier"
-    );
+    assert_eq!(watch.selector.match_labels.as_ref().expect("labels")["app"], "memcached");
+    assert_eq!(watch.selector.match_expressions.as_ref().expect("expressions")[0].key, "tier");
     let env = env.with_var("WATCH_VERSION", "");
     assert!(parse_err(text, &env).contains("invalid gvk: field \"version\" must not be empty"));
 }
@@ -223,10 +196,8 @@ fn environment_variables_are_expanded_before_parsing() {
 fn label_from_an_unset_variable_is_an_invalid_selector() {
     // Upstream loads this and then exits at controller setup; we stop at load with the reason.
     let (_dir, env) = project();
-    let message = parse_err(
-        &memcached("  role: memcached\n  selector:\n    matchLabels: {a: \"${UNSET}\"}\n"),
-        &env,
-    );
+    let message =
+        parse_err(&memcached("  role: memcached\n  selector:\n    matchLabels: {a: \"${UNSET}\"}\n"), &env);
     assert!(
         message.contains("field \"selector.matchLabels.a\": label value \"${UNSET}\" is invalid"),
         "{message}"
@@ -236,33 +207,21 @@ fn label_from_an_unset_variable_is_an_invalid_selector() {
 #[test]
 fn unset_variable_is_kept_literally_in_vars() {
     let (_dir, env) = project();
-    let watch = one(
-        &memcached("  role: memcached\n  vars:\n    image: \"$IMAGE\"\n"),
-        &env,
-    );
+    let watch = one(&memcached("  role: memcached\n  vars:\n    image: \"$IMAGE\"\n"), &env);
     assert_eq!(watch.vars["image"], json!("${IMAGE}"));
 }
 
 #[test]
 fn reconcile_period_zero_means_use_the_flag() {
     let (_dir, env) = project();
-    assert_eq!(
-        one(&memcached("  role: memcached\n  reconcilePeriod: 0s\n"), &env).reconcile_period,
-        None
-    );
-    assert_eq!(
-        one(&memcached("  role: memcached\n  reconcilePeriod: \"0\"\n"), &env).reconcile_period,
-        None
-    );
+    assert_eq!(one(&memcached("  role: memcached\n  reconcilePeriod: 0s\n"), &env).reconcile_period, None);
+    assert_eq!(one(&memcached("  role: memcached\n  reconcilePeriod: \"0\"\n"), &env).reconcile_period, None);
 }
 
 #[test]
 fn reconcile_period_must_be_a_go_duration() {
     let (_dir, env) = project();
-    let message = parse_err(
-        &memcached("  role: memcached\n  reconcilePeriod: 5 minutes\n"),
-        &env,
-    );
+    let message = parse_err(&memcached("  role: memcached\n  reconcilePeriod: 5 minutes\n"), &env);
     assert!(
         message.starts_with(
             "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"reconcilePeriod\": invalid duration \"5 minutes\""
@@ -317,19 +276,13 @@ fn unknown_keys_produce_warnings_naming_key_entry_and_gvk() {
             "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): unknown key \"finalizer.playbok\" ignored",
         ]
     );
-    assert!(
-        loaded.watches[0].manage_status,
-        "the misspelt key must not take effect"
-    );
+    assert!(loaded.watches[0].manage_status, "the misspelt key must not take effect");
 }
 
 #[test]
 fn settings_upstream_ignores_in_watches_yaml_warn_with_where_to_set_them() {
     let (_dir, env) = project();
-    let loaded = parse_ok(
-        &memcached("  role: memcached\n  maxWorkers: 9\n  ansibleVerbosity: 5\n"),
-        &env,
-    );
+    let loaded = parse_ok(&memcached("  role: memcached\n  maxWorkers: 9\n  ansibleVerbosity: 5\n"), &env);
     assert_eq!(loaded.watches[0].max_concurrent_reconciles, 4);
     assert_eq!(loaded.watches[0].ansible_verbosity, 2);
     assert_eq!(loaded.warnings.len(), 2);
@@ -379,9 +332,7 @@ fn invalid_yaml_is_an_error_with_the_position() {
     let (_dir, env) = project();
     let error = parse("- group: [\n", Path::new("watches.yaml"), &DEFAULTS, &env).expect_err("invalid yaml");
     assert_eq!(error.to_string(), "watches.yaml: invalid yaml");
-    let source = std::error::Error::source(&error)
-        .expect("parser error")
-        .to_string();
+    let source = std::error::Error::source(&error).expect("parser error").to_string();
     assert!(source.contains("line 1"), "{source}");
 }
 
@@ -389,11 +340,8 @@ fn invalid_yaml_is_an_error_with_the_position() {
 fn repeated_key_keeps_the_last_value() {
     let (_dir, env) = project();
     assert!(
-        !one(
-            &memcached("  role: memcached\n  manageStatus: true\n  manageStatus: false\n"),
-            &env
-        )
-        .manage_status
+        !one(&memcached("  role: memcached\n  manageStatus: true\n  manageStatus: false\n"), &env)
+            .manage_status
     );
 }
 
@@ -410,17 +358,11 @@ fn entry_must_be_a_mapping() {
 fn version_and_kind_must_not_be_empty() {
     let (_dir, env) = project();
     assert_eq!(
-        parse_err(
-            "- group: cache.example.com\n  kind: Memcached\n  role: memcached\n",
-            &env
-        ),
+        parse_err("- group: cache.example.com\n  kind: Memcached\n  role: memcached\n", &env),
         "watches.yaml: entry 1 (cache.example.com/, Kind=Memcached): invalid gvk: field \"version\" must not be empty"
     );
     assert_eq!(
-        parse_err(
-            "- group: cache.example.com\n  version: v1\n  kind: ''\n  role: memcached\n",
-            &env
-        ),
+        parse_err("- group: cache.example.com\n  version: v1\n  kind: ''\n  role: memcached\n", &env),
         "watches.yaml: entry 1 (cache.example.com/v1, Kind=): invalid gvk: field \"kind\" must not be empty"
     );
 }
@@ -444,11 +386,7 @@ fn core_group_may_be_omitted() {
 #[test]
 fn duplicate_gvk_is_an_error_naming_both_entries() {
     let (_dir, env) = project();
-    let text = format!(
-        "{}{}",
-        memcached("  role: memcached\n"),
-        memcached("  playbook: playbook.yml\n")
-    );
+    let text = format!("{}{}", memcached("  role: memcached\n"), memcached("  playbook: playbook.yml\n"));
     assert_eq!(
         parse_err(&text, &env),
         "watches.yaml: entry 2 (cache.example.com/v1alpha1, Kind=Memcached): duplicate gvk: entry 1 already watches it"
@@ -500,10 +438,7 @@ fn entry_without_playbook_or_role_is_an_error() {
 fn role_is_resolved_through_ansible_roles_path() {
     let (dir, env) = project();
     dir.dir("shared/roles/nginx");
-    let env = env.with_var(
-        "ANSIBLE_ROLES_PATH",
-        dir.path().join("shared").display().to_string(),
-    );
+    let env = env.with_var("ANSIBLE_ROLES_PATH", dir.path().join("shared").display().to_string());
     let watch = one(&memcached("  role: nginx\n"), &env);
     assert_eq!(watch.target, Target::Role(dir.path().join("shared/roles/nginx")));
 }
@@ -528,10 +463,7 @@ fn invalid_selector_is_an_error_naming_the_field() {
 fn finalizer_must_have_a_name() {
     let (_dir, env) = project();
     assert_eq!(
-        parse_err(
-            &memcached("  role: memcached\n  finalizer:\n    vars: {state: absent}\n"),
-            &env
-        ),
+        parse_err(&memcached("  role: memcached\n  finalizer:\n    vars: {state: absent}\n"), &env),
         "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"finalizer.name\": finalizer must have a name"
     );
 }
@@ -541,10 +473,7 @@ fn finalizer_needs_a_playbook_a_role_or_vars() {
     let (_dir, env) = project();
     for block in ["{name: x}", "{name: x, vars: {}}"] {
         assert_eq!(
-            parse_err(
-                &memcached(&format!("  role: memcached\n  finalizer: {block}\n")),
-                &env
-            ),
+            parse_err(&memcached(&format!("  role: memcached\n  finalizer: {block}\n")), &env),
             "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"finalizer\": \
              finalizer \"x\" must specify role, playbook or non-empty vars"
         );
@@ -554,12 +483,10 @@ fn finalizer_needs_a_playbook_a_role_or_vars() {
 #[test]
 fn finalizer_with_only_vars_reruns_the_watch_target() {
     let (_dir, env) = project();
-    let finalizer = one(
-        &memcached("  role: memcached\n  finalizer: {name: x, vars: {state: absent}}\n"),
-        &env,
-    )
-    .finalizer
-    .expect("finalizer");
+    let finalizer =
+        one(&memcached("  role: memcached\n  finalizer: {name: x, vars: {state: absent}}\n"), &env)
+            .finalizer
+            .expect("finalizer");
     assert_eq!(finalizer.target, None);
     assert_eq!(finalizer.vars["state"], json!("absent"));
 }
@@ -568,25 +495,18 @@ fn finalizer_with_only_vars_reruns_the_watch_target() {
 fn finalizer_role_is_resolved_like_the_watch_role() {
     let (dir, env) = project();
     dir.dir("roles/cleanup");
-    let finalizer = one(
-        &memcached("  playbook: playbook.yml\n  finalizer: {name: x, role: cleanup}\n"),
-        &env,
-    )
-    .finalizer
-    .expect("finalizer");
-    assert_eq!(
-        finalizer.target,
-        Some(Target::Role(dir.path().join("roles/cleanup")))
-    );
+    let finalizer =
+        one(&memcached("  playbook: playbook.yml\n  finalizer: {name: x, role: cleanup}\n"), &env)
+            .finalizer
+            .expect("finalizer");
+    assert_eq!(finalizer.target, Some(Target::Role(dir.path().join("roles/cleanup"))));
 }
 
 #[test]
 fn missing_finalizer_playbook_without_vars_is_an_error() {
     let (dir, env) = project();
-    let message = parse_err(
-        &memcached("  role: memcached\n  finalizer: {name: x, playbook: gone.yml}\n"),
-        &env,
-    );
+    let message =
+        parse_err(&memcached("  role: memcached\n  finalizer: {name: x, playbook: gone.yml}\n"), &env);
     assert!(
         message.ends_with(&format!(
             "field \"finalizer.playbook\": playbook {} was not found",
@@ -604,10 +524,7 @@ fn missing_finalizer_role_with_vars_loads_with_a_warning_as_upstream() {
         &env,
     );
     let finalizer = loaded.watches[0].finalizer.clone().expect("finalizer");
-    assert_eq!(
-        finalizer.target,
-        Some(Target::Role(dir.path().join("roles/gone")))
-    );
+    assert_eq!(finalizer.target, Some(Target::Role(dir.path().join("roles/gone"))));
     let expected = format!(
         "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"finalizer.role\": role \"gone\" \
          was not found (looked in {}); finalizer \"x\" will fail until it exists",
@@ -636,10 +553,8 @@ fn per_kind_env_overrides_apply_and_their_warnings_name_the_entry() {
     assert_eq!(loaded.watches[0].ansible_verbosity, 5);
     assert_eq!(
         loaded.warnings,
-        [
-            "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): environment variable \
-          WORKER_MEMCACHED_CACHE_EXAMPLE_COM is deprecated, use MAX_CONCURRENT_RECONCILES_MEMCACHED_CACHE_EXAMPLE_COM instead"
-        ]
+        ["watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): environment variable \
+          WORKER_MEMCACHED_CACHE_EXAMPLE_COM is deprecated, use MAX_CONCURRENT_RECONCILES_MEMCACHED_CACHE_EXAMPLE_COM instead"]
     );
 }
 
@@ -647,11 +562,7 @@ fn per_kind_env_overrides_apply_and_their_warnings_name_the_entry() {
 fn watches_keep_file_order() {
     let (_dir, env) = project();
     let text = "- {version: v1, kind: B, role: memcached}\n- {version: v1, kind: A, role: memcached}\n";
-    let kinds: Vec<String> = parse_ok(text, &env)
-        .watches
-        .into_iter()
-        .map(|watch| watch.gvk.kind)
-        .collect();
+    let kinds: Vec<String> = parse_ok(text, &env).watches.into_iter().map(|watch| watch.gvk.kind).collect();
     assert_eq!(kinds, ["B", "A"]);
 }
 
@@ -664,10 +575,7 @@ fn load_reads_the_file_and_names_it_in_errors() {
 
     let missing: PathBuf = dir.path().join("nope.yaml");
     let error = load(&missing, &DEFAULTS, &env).expect_err("missing file");
-    assert_eq!(
-        error.to_string(),
-        format!("{}: cannot read the watches file", missing.display())
-    );
+    assert_eq!(error.to_string(), format!("{}: cannot read the watches file", missing.display()));
     assert!(matches!(error, Error::Read { .. }));
 }
 

@@ -25,23 +25,16 @@ pub async fn wait_for(
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     super::wait_for(&format!("ConfigMap {namespace}/{name}"), timeout, || async {
         let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
-        Ok(found
-            .map(|cm| cm.data.unwrap_or_default())
-            .ok_or_else(|| "not found".to_string()))
+        Ok(found.map(|cm| cm.data.unwrap_or_default()).ok_or_else(|| "not found".to_string()))
     })
     .await
 }
 
 /// The integer under `key` (0 when the ConfigMap or the key is missing).
 pub async fn count(client: &Client, namespace: &str, name: &str, key: &str) -> u64 {
-    data(client, namespace, name)
-        .await
-        .and_then(|data| data.get(key).cloned())
-        .map_or(0, |value| {
-            value
-                .parse()
-                .unwrap_or_else(|_| panic!("{namespace}/{name} {key} is not a count: {value:?}"))
-        })
+    data(client, namespace, name).await.and_then(|data| data.get(key).cloned()).map_or(0, |value| {
+        value.parse().unwrap_or_else(|_| panic!("{namespace}/{name} {key} is not a count: {value:?}"))
+    })
 }
 
 /// Waits until the integer under `key` is at least `at_least`, and returns it.
@@ -53,13 +46,9 @@ pub async fn wait_for_count(
     at_least: u64,
     timeout: Duration,
 ) -> u64 {
-    super::wait_for(
-        &format!("ConfigMap {namespace}/{name} {key} >= {at_least}"),
-        timeout,
-        || async {
-            let value = count(client, namespace, name, key).await;
-            Ok((value >= at_least).then_some(value).ok_or(format!("{key}={value}")))
-        },
-    )
+    super::wait_for(&format!("ConfigMap {namespace}/{name} {key} >= {at_least}"), timeout, || async {
+        let value = count(client, namespace, name, key).await;
+        Ok((value >= at_least).then_some(value).ok_or(format!("{key}={value}")))
+    })
     .await
 }

@@ -40,10 +40,7 @@ pub fn kubeconfig() -> &'static Path {
             .arg("up")
             .status()
             .expect("run hack/local-cluster.sh up");
-        assert!(
-            status.success(),
-            "hack/local-cluster.sh up failed ({status}); see .local/cluster/logs/"
-        );
+        assert!(status.success(), "hack/local-cluster.sh up failed ({status}); see .local/cluster/logs/");
         repo().join(".local/cluster/kubeconfig")
     })
 }
@@ -67,10 +64,7 @@ impl TestNamespace {
     /// Creates a namespace named after the test plus a random suffix.
     pub async fn new(client: &Client, prefix: &str) -> Self {
         let suffix: u32 = rand_suffix();
-        let name = format!("{}-{suffix:08x}", prefix.replace('_', "-"))
-            .chars()
-            .take(63)
-            .collect::<String>();
+        let name = format!("{}-{suffix:08x}", prefix.replace('_', "-")).chars().take(63).collect::<String>();
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &namespace)
@@ -86,13 +80,7 @@ impl Drop for TestNamespace {
         let _ = Command::new(repo().join(".local/bin/kubectl"))
             .arg("--kubeconfig")
             .arg(kubeconfig())
-            .args([
-                "delete",
-                "namespace",
-                &self.name,
-                "--wait=false",
-                "--ignore-not-found",
-            ])
+            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
             .stdout(std::process::Stdio::null())
             .status();
     }
@@ -101,12 +89,7 @@ impl Drop for TestNamespace {
 fn rand_suffix() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     hasher.finish() as u32
 }
 
@@ -114,11 +97,7 @@ fn rand_suffix() -> u32 {
 /// and optionally the status subresource.
 pub fn crd(group: &str, kind: &str, status_subresource: bool) -> Value {
     let plural = format!("{}s", kind.to_lowercase());
-    let subresources = if status_subresource {
-        json!({"status": {}})
-    } else {
-        json!({})
-    };
+    let subresources = if status_subresource { json!({"status": {}}) } else { json!({}) };
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -141,36 +120,21 @@ pub fn crd(group: &str, kind: &str, status_subresource: bool) -> Value {
 
 /// Applies a CRD (server-side apply, so tests may share it) and waits until it is established.
 pub async fn install_crd(client: &Client, crd: &Value) {
-    let name = crd["metadata"]["name"]
-        .as_str()
-        .expect("crd has a name")
-        .to_string();
+    let name = crd["metadata"]["name"].as_str().expect("crd has a name").to_string();
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    api.patch(
-        &name,
-        &PatchParams::apply("ansible-operator-tests").force(),
-        &Patch::Apply(crd),
-    )
-    .await
-    .unwrap_or_else(|err| panic!("apply CRD {name}: {err}"));
-    wait_for(
-        &format!("CRD {name} to be established"),
-        Duration::from_secs(30),
-        || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-                let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
-                let established = conditions
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                Ok(established
-                    .then_some(())
-                    .ok_or_else(|| format!("conditions {conditions:?}")))
-            }
-        },
-    )
+    api.patch(&name, &PatchParams::apply("ansible-operator-tests").force(), &Patch::Apply(crd))
+        .await
+        .unwrap_or_else(|err| panic!("apply CRD {name}: {err}"));
+    wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+            let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+            let established = conditions.iter().any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()).ok_or_else(|| format!("conditions {conditions:?}")))
+        }
+    })
     .await;
     // "Established" can come a moment before the API server serves the new resource.
     let field = |value: &Value| value.as_str().unwrap_or_default().to_string();
@@ -181,14 +145,10 @@ pub async fn install_crd(client: &Client, crd: &Value) {
     );
     let resource = ApiResource::from_gvk_with_plural(&gvk, &field(&crd["spec"]["names"]["plural"]));
     let served: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    wait_for(
-        &format!("CRD {name} to be served"),
-        Duration::from_secs(30),
-        || async {
-            let listed = served.list(&ListParams::default().limit(1)).await;
-            Ok(listed.map(|_| ()).map_err(|e| e.to_string()))
-        },
-    )
+    wait_for(&format!("CRD {name} to be served"), Duration::from_secs(30), || async {
+        let listed = served.list(&ListParams::default().limit(1)).await;
+        Ok(listed.map(|_| ()).map_err(|e| e.to_string()))
+    })
     .await;
 }
 
@@ -260,17 +220,12 @@ pub async fn create_cr_with(
         "spec": spec,
     }))
     .expect("valid CR");
-    api.create(&PostParams::default(), &object)
-        .await
-        .expect("create CR")
+    api.create(&PostParams::default(), &object).await.expect("create CR")
 }
 
 /// The condition of a type on a CR, if present.
 pub fn condition<'a>(object: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
-    object.data["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
+    object.data["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind)
 }
 
 /// Waits until the CR has condition `kind` with `status`, and returns the CR.
@@ -281,19 +236,11 @@ pub async fn wait_for_condition(
     status: &str,
     timeout: Duration,
 ) -> DynamicObject {
-    wait_for(
-        &format!("{name} to have condition {kind}={status}"),
-        timeout,
-        || async {
-            let object = api.get(name).await.map_err(|e| e.to_string())?;
-            let found = condition(&object, kind).is_some_and(|c| c["status"] == status);
-            Ok(if found {
-                Ok(object)
-            } else {
-                Err(format!("status {}", object.data["status"]))
-            })
-        },
-    )
+    wait_for(&format!("{name} to have condition {kind}={status}"), timeout, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let found = condition(&object, kind).is_some_and(|c| c["status"] == status);
+        Ok(if found { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
+    })
     .await
 }
 

@@ -90,20 +90,12 @@ impl Operator {
 
     /// The CR's runner data directory.
     pub fn runner_dir(&self, group: &str, kind: &str, namespace: &str, name: &str) -> PathBuf {
-        self.dir
-            .join("runner")
-            .join(group)
-            .join("v1alpha1")
-            .join(kind)
-            .join(namespace)
-            .join(name)
+        self.dir.join("runner").join(group).join("v1alpha1").join(kind).join(namespace).join(name)
     }
 
     /// Sends SIGTERM and waits (up to `timeout`) for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = std::time::Instant::now() + timeout;
         while std::time::Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -122,11 +114,7 @@ impl Drop for Operator {
             let _ = self.child.wait();
         }
         if std::thread::panicking() {
-            eprintln!(
-                "---- operator log ({}) ----\n{}",
-                self.log_path().display(),
-                self.log()
-            );
+            eprintln!("---- operator log ({}) ----\n{}", self.log_path().display(), self.log());
         }
     }
 }
@@ -159,9 +147,7 @@ pub fn fixtures() -> PathBuf {
 
 /// A fresh directory under the target dir for one operator run.
 pub fn scratch_dir(label: &str) -> PathBuf {
-    let dir = repo()
-        .join("target/test-operators")
-        .join(format!("{label}-{}", std::process::id()));
+    let dir = repo().join("target/test-operators").join(format!("{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir
