@@ -1,0 +1,115 @@
+//! Who writes the status (`manageStatus` and `operator_sdk.util.k8s_status`), and which CRs an
+//! operator runs at all (label `selector`, `WATCH_NAMESPACE`).
+
+mod support;
+
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+use support::operator::OperatorConfig;
+
+const GROUP: &str = "core.test.example.com";
+const KIND: &str = "StatusFilter";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn watches(playbook: &str, fields: &str) -> String {
+    format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  playbook: {{fixtures}}/playbooks/{playbook}\n  vars:\n    status_kind: {KIND}\n{fields}"
+    )
+}
+
+fn condition_types(object: &DynamicObject) -> Vec<String> {
+    object.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["type"].as_str().map(String::from))
+        .collect()
+}
+
+fn assert_playbook_status(object: &DynamicObject) {
+    let status = &object.data["status"];
+    assert_eq!(status["phase"], "Ready", "{status}");
+    assert_eq!(status["observedSize"], 3, "{status}");
+    let ready = support::condition(object, "Ready").expect("the playbook's Ready condition");
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["reason"], "PlaybookSaysSo");
+    assert_eq!(ready["message"], "written by k8s_status");
+}
+
+#[tokio::test]
+async fn without_manage_status_only_the_playbooks_k8s_status_reaches_the_cr() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "status-unmanaged").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let watches = watches("k8s_status.yml", "  manageStatus: false\n");
+    let operator = OperatorConfig::new(&watches, &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    support::create_cr(&api, GROUP, KIND, "self-reported", json!({"size": 3})).await;
+    support::wait_for("the reconcile to finish", WAIT, || async {
+        let done = operator.log().contains("reconcile done");
+        Ok(done.then_some(()).ok_or_else(|| "still running".to_string()))
+    })
+    .await;
+
+    let object = api.get("self-reported").await.unwrap();
+    assert_playbook_status(&object);
+    assert_eq!(condition_types(&object), ["Ready"], "no Running/Successful/Failure from the operator");
+}
+
+#[tokio::test]
+async fn k8s_status_keys_and_conditions_survive_the_operators_condition_writes() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "status-managed").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let _operator = OperatorConfig::new(&watches("k8s_status.yml", ""), &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    support::create_cr(&api, GROUP, KIND, "both", json!({"size": 3})).await;
+    let done = support::wait_for_condition(&api, "both", "Successful", "True", WAIT).await;
+
+    assert_playbook_status(&done);
+    let mut types = condition_types(&done);
+    types.sort();
+    assert_eq!(types, ["Failure", "Ready", "Running", "Successful"]);
+}
+
+#[tokio::test]
+async fn cr_without_the_selected_label_is_never_run() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "filter-selector").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let watches = watches("marker.yml", "  selector:\n    matchLabels:\n      tier: selected\n");
+    let _operator = OperatorConfig::new(&watches, &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    support::create_cr(&api, GROUP, KIND, "unlabelled", json!({})).await;
+    let labelled = json!({"name": "labelled", "labels": {"tier": "selected"}});
+    support::create_cr_with(&api, GROUP, KIND, labelled, json!({})).await;
+    support::wait_for_condition(&api, "labelled", "Successful", "True", WAIT).await;
+
+    let skipped = api.get("unlabelled").await.unwrap();
+    assert_eq!(skipped.data["status"], Value::Null, "never reconciled");
+    assert_eq!(support::configmaps::data(&client, &ns.name, "unlabelled-marker").await, None);
+}
+
+#[tokio::test]
+async fn operator_watching_one_namespace_leaves_crs_in_another_alone() {
+    let client = support::client().await;
+    let watched = support::TestNamespace::new(&client, "filter-watched").await;
+    let other = support::TestNamespace::new(&client, "filter-other").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let _operator = OperatorConfig::new(&watches("marker.yml", ""), &watched.name).start();
+    let other_api = support::cr_api(&client, GROUP, KIND, &other.name);
+    let watched_api = support::cr_api(&client, GROUP, KIND, &watched.name);
+
+    support::create_cr(&other_api, GROUP, KIND, "elsewhere", json!({})).await;
+    support::create_cr(&watched_api, GROUP, KIND, "here", json!({})).await;
+    support::wait_for_condition(&watched_api, "here", "Successful", "True", WAIT).await;
+
+    let untouched = other_api.get("elsewhere").await.unwrap();
+    assert_eq!(untouched.data["status"], Value::Null, "never reconciled");
+    assert_eq!(support::configmaps::data(&client, &other.name, "elsewhere-marker").await, None);
+}
