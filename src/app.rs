@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, Command, RunArgs};
 use crate::controller::WatchController;
+use crate::proxy::Proxy;
+use crate::proxy::dependents::Dependents;
 use crate::reconcile::Settings;
 use crate::runner::{self, Inventory};
 use crate::watches::{self, Defaults, Environment};
@@ -39,7 +41,7 @@ pub fn main(cli: Cli) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(error) => {
-                    tracing::error!(error = format!("{error:#}"), "operator failed");
+                    // One plain line on stderr, readable with or without a log collector.
                     eprintln!("error: {error:#}");
                     ExitCode::FAILURE
                 }
@@ -88,13 +90,25 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::error!("ansible-runner is not on PATH: every reconcile will fail until it is installed");
     }
 
+    let dependents = if args.inject_owner_ref {
+        Some(Dependents::new(client.clone(), namespaces.clone()))
+    } else {
+        tracing::warn!("injection of owner references and dependent watches is turned off");
+        None
+    };
+    let (proxy, listener) = Proxy::bind(client.clone(), args.proxy_port, dependents.clone()).await?;
+
     let mut controllers = Vec::new();
     for watch in loaded.watches {
-        controllers.push(WatchController::new(client.clone(), watch, settings.clone()).await?);
+        let controller =
+            WatchController::new(client.clone(), watch, settings.clone(), proxy.clone(), dependents.clone())
+                .await?;
+        controllers.push(controller);
     }
 
     let shutdown = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
+    tokio::spawn(proxy.serve(listener, shutdown.clone()));
     for controller in controllers {
         let namespaces = namespaces.clone();
         let shutdown = shutdown.clone();
@@ -140,7 +154,6 @@ fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String
         ansible_args: args.ansible_args.clone(),
         inventory,
         role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
-        playbook_kubeconfig: var("KUBECONFIG").and_then(|v| v.split(':').next()).map(PathBuf::from),
         playbook_env,
     }
 }

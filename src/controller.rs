@@ -15,6 +15,8 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::proxy::Proxy;
+use crate::proxy::dependents::Dependents;
 use crate::reconcile::{self, Context, Settings};
 use crate::watches::{Gvk, Watch};
 
@@ -51,11 +53,18 @@ pub enum Error {
 pub struct WatchController {
     ctx: Arc<Context>,
     selector: Selector,
+    dependents: Option<Arc<Dependents>>,
 }
 
 impl WatchController {
     /// Discovers the kind and prepares its controller.
-    pub async fn new(client: Client, watch: Watch, settings: Arc<Settings>) -> Result<Self, Error> {
+    pub async fn new(
+        client: Client,
+        watch: Watch,
+        settings: Arc<Settings>,
+        proxy: Arc<Proxy>,
+        dependents: Option<Arc<Dependents>>,
+    ) -> Result<Self, Error> {
         let gvk = watch.gvk.clone();
         let (resource, capabilities) = discovery::pinned_kind(&client, &gvk.to_kube())
             .await
@@ -69,8 +78,9 @@ impl WatchController {
             namespaced: capabilities.scope == Scope::Namespaced,
             settings,
             backoff: Default::default(),
+            proxy,
         };
-        Ok(Self { ctx: Arc::new(ctx), selector })
+        Ok(Self { ctx: Arc::new(ctx), selector, dependents })
     }
 
     /// Runs until `shutdown` is cancelled: one watch per namespace in `namespaces` (all namespaces
@@ -109,7 +119,11 @@ impl WatchController {
         let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(u16::MAX).max(1);
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
-        Controller::for_stream_with(trigger, reader, ctx.resource.clone())
+        let mut controller = Controller::for_stream_with(trigger, reader, ctx.resource.clone());
+        if let Some(dependents) = &self.dependents {
+            controller = controller.reconcile_on(dependents.register_owner(&ctx.resource, namespace));
+        }
+        controller
             .with_config(ControllerConfig::default().concurrency(concurrency))
             .graceful_shutdown_on(shutdown)
             .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())

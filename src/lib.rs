@@ -10,6 +10,7 @@ pub mod go_duration;
 pub mod kubeapi;
 pub mod logging;
 pub mod outcome;
+pub mod proxy;
 pub mod reconcile;
 pub mod runner;
 pub mod status;

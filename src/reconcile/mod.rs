@@ -18,6 +18,9 @@ use tracing::Instrument;
 use crate::go_duration;
 use crate::kubeapi::{self, with_timeout};
 use crate::outcome::Outcome;
+use crate::proxy::Proxy;
+use crate::proxy::credentials::{Grant, Issued};
+use crate::proxy::owner::Owner;
 use crate::runner::{self, Inventory, RunSpec};
 use crate::status::{self, Transition};
 use crate::vars::{self, VarsInput};
@@ -45,8 +48,6 @@ pub struct Settings {
     pub inventory: Inventory,
     /// `ANSIBLE_GATHERING=explicit`: skip facts in role mode.
     pub role_skip_facts: bool,
-    /// Kubeconfig playbooks use (`K8S_AUTH_KUBECONFIG`, `KUBECONFIG`); `None` leaves them unset.
-    pub playbook_kubeconfig: Option<PathBuf>,
     /// Further environment for playbooks (`--ansible-roles-path`, `--ansible-collections-path`).
     pub playbook_env: Vec<(String, String)>,
 }
@@ -65,6 +66,8 @@ pub struct Context {
     pub settings: Arc<Settings>,
     /// Failure counts for the retry backoff.
     pub backoff: backoff::Backoff,
+    /// The API proxy playbooks reach the cluster through.
+    pub proxy: Arc<Proxy>,
 }
 
 /// Why a reconcile failed; each leads to a retry with backoff.
@@ -201,8 +204,17 @@ async fn reconcile_inner(
         }
     }
 
-    let spec = run_spec(ctx, &current, finalizing, ident);
-    let report = match runner::run(&ctx.settings.runner, &spec).await {
+    let mut spec = run_spec(ctx, &current, finalizing, ident);
+    let report = match proxy_credential(&ctx.proxy, ctx, &current, &mut spec) {
+        Ok((issued, kubeconfig)) => {
+            let report = runner::run(&ctx.settings.runner, &spec).await;
+            drop(issued);
+            let _ = std::fs::remove_file(kubeconfig);
+            report
+        }
+        Err(source) => Err(runner::Error::WriteInput { dir: spec.dir.clone(), source }),
+    };
+    let report = match report {
         Ok(report) => report,
         Err(source) => {
             let message = format!("{UNABLE_TO_RUN}: {}", error_chain(&source));
@@ -281,16 +293,11 @@ fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: Stri
         watch_vars: &watch.vars,
         finalizer_vars: finalizer.map(|f| &f.vars),
     });
-    let mut env_vars: Map<String, Value> = settings
+    let env_vars: Map<String, Value> = settings
         .playbook_env
         .iter()
         .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
         .collect();
-    if let Some(kubeconfig) = &settings.playbook_kubeconfig {
-        let path = Value::from(kubeconfig.display().to_string());
-        env_vars.insert("K8S_AUTH_KUBECONFIG".into(), path.clone());
-        env_vars.insert("KUBECONFIG".into(), path);
-    }
     let annotations = object.annotations();
     RunSpec {
         dir: runner_dir(settings, watch, object),
@@ -305,6 +312,42 @@ fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: Stri
         inventory: settings.inventory.clone(),
         role_skip_facts: settings.role_skip_facts,
     }
+}
+
+/// Issues the run's proxy credential and writes its kubeconfig (mode 0600) into the runner dir.
+/// Returns the credential (revoked when dropped) and the kubeconfig's path.
+fn proxy_credential(
+    proxy: &Proxy,
+    ctx: &Context,
+    object: &DynamicObject,
+    spec: &mut RunSpec,
+) -> std::io::Result<(Issued, PathBuf)> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let watch = &ctx.watch;
+    let owner = Owner {
+        gvk: watch.gvk.clone(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        namespace: object.namespace().filter(|_| ctx.namespaced),
+    };
+    let issued = proxy.credentials().issue(Grant {
+        owner,
+        watch_dependents: watch.watch_dependent_resources,
+        watch_cluster_scoped: watch.watch_cluster_scoped_resources,
+        blacklist: watch.blacklist.clone(),
+    })?;
+    std::fs::create_dir_all(&spec.dir)?;
+    let path = spec.dir.join("kubeconfig");
+    let text = crate::proxy::kubeconfig::render(proxy.port(), &issued.token, object.namespace().as_deref());
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+    file.write_all(text.as_bytes())?;
+    let value = Value::from(path.display().to_string());
+    spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
+    spec.env_vars.insert("KUBECONFIG".into(), value);
+    Ok((issued, path))
 }
 
 /// `<runner dir>/<group>/<version>/<kind>/<namespace>/<name>`, as upstream (no namespace segment

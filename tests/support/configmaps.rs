@@ -29,26 +29,3 @@ pub async fn wait_for(
     })
     .await
 }
-
-/// The integer under `key` (0 when the ConfigMap or the key is missing).
-pub async fn count(client: &Client, namespace: &str, name: &str, key: &str) -> u64 {
-    data(client, namespace, name).await.and_then(|data| data.get(key).cloned()).map_or(0, |value| {
-        value.parse().unwrap_or_else(|_| panic!("{namespace}/{name} {key} is not a count: {value:?}"))
-    })
-}
-
-/// Waits until the integer under `key` is at least `at_least`, and returns it.
-pub async fn wait_for_count(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    key: &str,
-    at_least: u64,
-    timeout: Duration,
-) -> u64 {
-    super::wait_for(&format!("ConfigMap {namespace}/{name} {key} >= {at_least}"), timeout, || async {
-        let value = count(client, namespace, name, key).await;
-        Ok((value >= at_least).then_some(value).ok_or(format!("{key}={value}")))
-    })
-    .await
-}

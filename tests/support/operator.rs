@@ -66,6 +66,7 @@ impl<'a> OperatorConfig<'a> {
         let child = command(&cwd)
             .args(["run", "--watches-file=watches.yaml", "--zap-devel"])
             .arg(format!("--runner-dir={}", dir.join("runner").display()))
+            .args(default_ports(&self.args))
             .args(&self.args)
             .env("WATCH_NAMESPACE", self.namespace)
             .envs(self.env)
@@ -117,6 +118,15 @@ impl Drop for Operator {
             eprintln!("---- operator log ({}) ----\n{}", self.log_path().display(), self.log());
         }
     }
+}
+
+/// Flags that let operators run side by side: an OS-chosen proxy port unless the test picks one.
+fn default_ports(args: &[String]) -> Vec<String> {
+    let mut defaults = Vec::new();
+    if !args.iter().any(|a| a.starts_with("--proxy-port")) {
+        defaults.push("--proxy-port=0".to_string());
+    }
+    defaults
 }
 
 /// The operator binary with the test cluster and the project's venv in its environment.

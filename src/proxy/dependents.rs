@@ -1,0 +1,286 @@
+//! Dependent watches (upstream §7.4, §6.1): once a run creates (or reads back) an object of some
+//! kind linked to its CR, that kind is watched, and meaningful changes to such objects trigger a
+//! reconcile of their owners. One watch per child kind is shared by every owner kind.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::owner::{PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE};
+
+/// An owner kind, as `(group, kind)`: what ownerReferences and annotations name.
+pub type OwnerKind = (String, String);
+
+/// Requests to reconcile a CR, delivered to its controller.
+pub type Trigger = ObjectRef<DynamicObject>;
+
+/// Where triggers for one owner kind go.
+struct OwnerRoute {
+    resource: ApiResource,
+    /// Per watched namespace (`None`: all namespaces), the controller's trigger channel.
+    senders: Vec<(Option<String>, mpsc::UnboundedSender<Trigger>)>,
+}
+
+/// The registry of owner kinds and the child kinds being watched for them.
+pub struct Dependents {
+    client: Client,
+    namespaces: Vec<String>,
+    owners: RwLock<HashMap<OwnerKind, OwnerRoute>>,
+    /// Child kinds watched, by API resource identity, with the owner kinds interested in each.
+    children: Mutex<HashMap<String, Arc<RwLock<HashSet<OwnerKind>>>>>,
+}
+
+impl Dependents {
+    /// A registry whose watches are limited to `namespaces` (empty: all).
+    pub fn new(client: Client, namespaces: Vec<String>) -> Arc<Self> {
+        Arc::new(Self { client, namespaces, owners: Default::default(), children: Default::default() })
+    }
+
+    /// Registers a controller of an owner kind for one namespace scope and returns its trigger stream.
+    pub fn register_owner(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+    ) -> impl futures::Stream<Item = Trigger> + Send + 'static + use<> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let key = (resource.group.clone(), resource.kind.clone());
+        let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
+        let route = owners
+            .entry(key)
+            .or_insert_with(|| OwnerRoute { resource: resource.clone(), senders: Vec::new() });
+        route.senders.push((namespace.map(str::to_string), sender));
+        futures::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|trigger| (trigger, receiver))
+        })
+    }
+
+    /// Makes sure `child` (namespaced or not) is watched on behalf of `owner`. Idempotent and cheap
+    /// after the first call.
+    pub fn ensure(self: &Arc<Self>, child: &ApiResource, namespaced: bool, owner: OwnerKind) {
+        let key = format!("{}/{}/{}", child.group, child.version, child.plural);
+        let interested = {
+            let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(interested) = children.get(&key) {
+                interested.write().unwrap_or_else(|p| p.into_inner()).insert(owner);
+                return;
+            }
+            let interested = Arc::new(RwLock::new(HashSet::from([owner])));
+            children.insert(key, interested.clone());
+            interested
+        };
+        tracing::info!(group = %child.group, kind = %child.kind, "watching child resource");
+        let scopes: Vec<Option<String>> = if namespaced && !self.namespaces.is_empty() {
+            self.namespaces.iter().cloned().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for scope in scopes {
+            let api: Api<DynamicObject> = match &scope {
+                Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, child),
+                None => Api::all_with(self.client.clone(), child),
+            };
+            let this = self.clone();
+            let interested = interested.clone();
+            tokio::spawn(async move { this.watch_child(api, interested).await });
+        }
+    }
+
+    async fn watch_child(&self, api: Api<DynamicObject>, interested: Arc<RwLock<HashSet<OwnerKind>>>) {
+        let mut seen = Seen::default();
+        let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            let changed = match event {
+                Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object)) => {
+                    seen.applied(&object).then_some(object)
+                }
+                Ok(watcher::Event::Delete(object)) => {
+                    seen.deleted(&object);
+                    Some(object)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "child watch error");
+                    continue;
+                }
+            };
+            let Some(object) = changed else { continue };
+            let interested = interested.read().unwrap_or_else(|p| p.into_inner()).clone();
+            for (kind, name, namespace) in owners_of(&object, &interested) {
+                self.trigger(&kind, &name, namespace.as_deref());
+            }
+        }
+    }
+
+    fn trigger(&self, kind: &OwnerKind, name: &str, namespace: Option<&str>) {
+        let owners = self.owners.read().unwrap_or_else(|p| p.into_inner());
+        let Some(route) = owners.get(kind) else { return };
+        let sender = route
+            .senders
+            .iter()
+            .find(|(scope, _)| scope.is_some() && scope.as_deref() == namespace)
+            .or_else(|| route.senders.iter().find(|(scope, _)| scope.is_none()));
+        if let Some((_, sender)) = sender {
+            let mut target = ObjectRef::new_with(name, route.resource.clone());
+            if let Some(namespace) = namespace {
+                target = target.within(namespace);
+            }
+            tracing::debug!(owner_kind = %kind.1, owner = name, "dependent changed: reconciling owner");
+            let _ = sender.send(target);
+        }
+    }
+}
+
+/// Owners of `object` among `interested` kinds, as `(kind, name, namespace)`: through every
+/// ownerReference of a matching group and kind (in the child's namespace), or through the
+/// primary-resource annotations.
+pub fn owners_of(
+    object: &DynamicObject,
+    interested: &HashSet<OwnerKind>,
+) -> Vec<(OwnerKind, String, Option<String>)> {
+    let mut owners = Vec::new();
+    for reference in object.owner_references() {
+        let group = reference.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        let kind = (group.to_string(), reference.kind.clone());
+        if interested.contains(&kind) {
+            owners.push((kind, reference.name.clone(), object.namespace()));
+        }
+    }
+    let annotations = object.annotations();
+    if let (Some(resource), Some(kind_group)) =
+        (annotations.get(PRIMARY_RESOURCE), annotations.get(PRIMARY_RESOURCE_TYPE))
+    {
+        let (kind, group) = kind_group.split_once('.').unwrap_or((kind_group.as_str(), ""));
+        let kind = (group.to_string(), kind.to_string());
+        let (namespace, name) = resource.split_once('/').unwrap_or(("", resource.as_str()));
+        if interested.contains(&kind) {
+            owners.push((kind, name.to_string(), Some(namespace.to_string()).filter(|ns| !ns.is_empty())));
+        }
+    }
+    owners
+}
+
+/// The part of a child that matters to its owner: everything but status, resourceVersion and
+/// managedFields (upstream's DependentPredicate, fix for operator-sdk#4258). `apiVersion` and `kind`
+/// are left out too: list responses omit them on items, watch events carry them.
+pub fn significant_hash(object: &DynamicObject) -> u64 {
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("status");
+        map.remove("apiVersion");
+        map.remove("kind");
+        if let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("resourceVersion");
+            metadata.remove("managedFields");
+        }
+    }
+    let mut hasher = DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Children seen so far, by UID, with their significant hash: creates are ignored, updates that
+/// change the hash and deletes trigger.
+#[derive(Debug, Default)]
+pub struct Seen {
+    hashes: HashMap<String, u64>,
+}
+
+impl Seen {
+    /// Records an object from a list or an add/update event; true when it meaningfully changed.
+    pub fn applied(&mut self, object: &DynamicObject) -> bool {
+        let uid = object.uid().unwrap_or_default();
+        let hash = significant_hash(object);
+        self.hashes.insert(uid, hash).is_some_and(|old| old != hash)
+    }
+
+    /// Forgets a deleted object.
+    pub fn deleted(&mut self, object: &DynamicObject) {
+        self.hashes.remove(&object.uid().unwrap_or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn child(extra: Value) -> DynamicObject {
+        let mut value = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "child-1", "resourceVersion": "1"},
+            "data": {"a": "1"}
+        });
+        merge(&mut value, extra);
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn merge(target: &mut Value, patch: Value) {
+        match (target, patch) {
+            (Value::Object(target), Value::Object(patch)) => {
+                for (key, value) in patch {
+                    merge(target.entry(key).or_insert(Value::Null), value);
+                }
+            }
+            (target, patch) => *target = patch,
+        }
+    }
+
+    fn kinds(pairs: &[(&str, &str)]) -> HashSet<OwnerKind> {
+        pairs.iter().map(|(g, k)| (g.to_string(), k.to_string())).collect()
+    }
+
+    #[test]
+    fn creation_is_ignored_and_meaningful_updates_trigger() {
+        let mut seen = Seen::default();
+        assert!(!seen.applied(&child(json!({}))), "a new object does not trigger");
+        assert!(!seen.applied(&child(json!({"metadata": {"resourceVersion": "2"}}))));
+        assert!(!seen.applied(&child(json!({"metadata": {"resourceVersion": "3"}, "status": {"x": 1}}))));
+        assert!(seen.applied(&child(json!({"data": {"a": "2"}}))), "a data change triggers");
+    }
+
+    #[test]
+    fn list_items_without_type_fields_match_watch_events() {
+        let mut seen = Seen::default();
+        let mut listed = child(json!({}));
+        listed.types = None;
+        assert!(!seen.applied(&listed));
+        assert!(!seen.applied(&child(json!({"metadata": {"resourceVersion": "2"}}))));
+    }
+
+    #[test]
+    fn owners_are_found_through_references_of_interested_kinds() {
+        let object = child(json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "cache.example.com/v1alpha1", "kind": "Memcached", "name": "m", "uid": "u"},
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "v"}
+        ]}}));
+        let owners = owners_of(&object, &kinds(&[("cache.example.com", "Memcached")]));
+        assert_eq!(
+            owners,
+            vec![(("cache.example.com".into(), "Memcached".into()), "m".into(), Some("ns".into()))]
+        );
+    }
+
+    #[test]
+    fn owners_are_found_through_the_annotations() {
+        let object = child(json!({"metadata": {"annotations": {
+            "operator-sdk/primary-resource": "team/m",
+            "operator-sdk/primary-resource-type": "Memcached.cache.example.com"
+        }}}));
+        let owners = owners_of(&object, &kinds(&[("cache.example.com", "Memcached")]));
+        assert_eq!(
+            owners,
+            vec![(("cache.example.com".into(), "Memcached".into()), "m".into(), Some("team".into()))]
+        );
+        assert!(owners_of(&object, &kinds(&[("other.example.com", "Memcached")])).is_empty());
+    }
+}

@@ -1,0 +1,42 @@
+//! The kubeconfig a run's playbooks use: the proxy's address and a credential issued for that run.
+
+/// Renders the kubeconfig (YAML) pointing at the proxy on `port` with bearer `token`. The context
+/// namespace is the CR's, so tools that default to it act there, as upstream's does.
+pub fn render(port: u16, token: &str, namespace: Option<&str>) -> String {
+    let namespace = namespace.unwrap_or("default");
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: proxy-server
+  cluster:
+    server: http://127.0.0.1:{port}
+users:
+- name: admin/proxy-server
+  user:
+    token: {token}
+contexts:
+- name: {namespace}/proxy-server
+  context:
+    cluster: proxy-server
+    user: admin/proxy-server
+    namespace: {namespace}
+current-context: {namespace}/proxy-server
+"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubeconfig_honours_the_proxy_port_and_carries_the_run_token() {
+        let text = render(18888, "abc123", Some("team-a"));
+        let parsed: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(parsed["clusters"][0]["cluster"]["server"], "http://127.0.0.1:18888");
+        assert_eq!(parsed["users"][0]["user"]["token"], "abc123");
+        assert_eq!(parsed["current-context"], "team-a/proxy-server");
+        assert_eq!(parsed["contexts"][0]["context"]["namespace"], "team-a");
+    }
+}

@@ -1,0 +1,214 @@
+//! The API proxy against the real API server, kube-controller-manager and real playbooks:
+//! owner injection on every create path, dependent watches, garbage collection, credentials.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+use support::operator::{Operator, OperatorConfig};
+
+const GROUP: &str = "proxy.test.example.com";
+const KIND: &str = "Proxied";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn watches() -> String {
+    format!("- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  role: {{fixtures}}/roles/proxied\n")
+}
+
+async fn setup(prefix: &str) -> (kube::Client, support::TestNamespace, Api<DynamicObject>) {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, prefix).await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    (client, ns, api)
+}
+
+/// The completion time of the CR's last successful run, which changes with every run.
+async fn last_run(api: &Api<DynamicObject>, name: &str) -> Option<String> {
+    let object = api.get(name).await.ok()?;
+    let running = support::condition(&object, "Running")?;
+    running["ansibleResult"]["completion"].as_str().map(str::to_string)
+}
+
+/// Waits for a successful run that finished after `previous`.
+async fn wait_for_run_after(api: &Api<DynamicObject>, name: &str, previous: &str) -> String {
+    support::wait_for(&format!("a new run of {name}"), WAIT, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let running = support::condition(&object, "Running").cloned().unwrap_or_default();
+        let completion = running["ansibleResult"]["completion"].as_str().unwrap_or_default().to_string();
+        let done = running["reason"] == "Successful" && !completion.is_empty() && completion != previous;
+        Ok(if done { Ok(completion) } else { Err(format!("Running condition {running}")) })
+    })
+    .await
+}
+
+fn owner_refs(object: &impl kube::Resource) -> Vec<(String, String)> {
+    object.meta().owner_references.iter().flatten().map(|r| (r.kind.clone(), r.name.clone())).collect()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Status code of a GET through the proxy with the given Authorization header.
+fn proxy_status(port: u16, authorization: Option<&str>) -> u16 {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    write!(stream, "GET /api/v1/namespaces HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn children_get_owner_references_or_annotations_on_every_create_path() {
+    let (client, ns, api) = setup("proxy-inject").await;
+    let other = support::TestNamespace::new(&client, "proxy-inject-other").await;
+    let _operator = OperatorConfig::new(&watches(), &ns.name).start();
+    let spec = json!({"otherNamespace": other.name, "clusterRole": true});
+    support::create_cr(&api, GROUP, KIND, "owner", spec).await;
+    let done = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+    let uid = done.metadata.uid.clone().unwrap();
+
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    for name in ["owner-cm", "owner-applied", "owner-forced", "owner-ssa"] {
+        let child = configmaps.get(name).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let refs = child.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(refs.len(), 1, "{name}: exactly one owner reference, got {refs:?}");
+        assert_eq!(
+            (refs[0].kind.as_str(), refs[0].name.as_str(), refs[0].uid.as_str()),
+            (KIND, "owner", uid.as_str())
+        );
+        assert_eq!(refs[0].api_version, format!("{GROUP}/v1alpha1"));
+    }
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let deployment = deployments.get("owner-deploy").await.unwrap();
+    assert_eq!(owner_refs(&deployment), vec![(KIND.to_string(), "owner".to_string())]);
+
+    let remote = Api::<ConfigMap>::namespaced(client.clone(), &other.name).get("owner-remote").await.unwrap();
+    assert!(remote.metadata.owner_references.is_none(), "no cross-namespace owner reference");
+    let annotations = remote.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations["operator-sdk/primary-resource"], format!("{}/owner", ns.name));
+    assert_eq!(annotations["operator-sdk/primary-resource-type"], format!("{KIND}.{GROUP}"));
+
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let role_name = format!("{}-owner", ns.name);
+    let role = roles.get(&role_name).await.unwrap();
+    assert!(role.metadata.owner_references.is_none());
+    assert_eq!(
+        role.metadata.annotations.unwrap_or_default()["operator-sdk/primary-resource"],
+        format!("{}/owner", ns.name)
+    );
+
+    // A second run replaces the forced ConfigMap (PUT): the reference survives and is not doubled.
+    let previous = last_run(&api, "owner").await.unwrap();
+    let bump = json!({"spec": {"otherNamespace": other.name, "clusterRole": true, "generation": 2}});
+    api.patch("owner", &PatchParams::default(), &Patch::Merge(&bump)).await.unwrap();
+    wait_for_run_after(&api, "owner", &previous).await;
+    let forced = configmaps.get("owner-forced").await.unwrap();
+    assert_eq!(owner_refs(&forced), vec![(KIND.to_string(), "owner".to_string())]);
+    roles.delete(&role_name, &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn deleted_child_is_restored_and_only_spec_edits_of_children_trigger() {
+    let (client, ns, api) = setup("proxy-dependents").await;
+    let _operator = OperatorConfig::new(&watches(), &ns.name).start();
+    support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
+    support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+    let first = last_run(&api, "owner").await.unwrap();
+
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    configmaps.delete("owner-cm", &DeleteParams::default()).await.unwrap();
+    let second = wait_for_run_after(&api, "owner", &first).await;
+    configmaps.get("owner-cm").await.expect("the deleted ConfigMap is back");
+
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let status = json!({"status": {"observedGeneration": 1, "replicas": 0}});
+    deployments.patch_status("owner-deploy", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(last_run(&api, "owner").await.unwrap(), second, "a status-only change does not trigger");
+
+    let scale = json!({"spec": {"replicas": 3}});
+    deployments.patch("owner-deploy", &PatchParams::default(), &Patch::Merge(&scale)).await.unwrap();
+    wait_for_run_after(&api, "owner", &second).await;
+    let deployment = deployments.get("owner-deploy").await.unwrap();
+    assert_eq!(deployment.spec.unwrap().replicas, Some(1), "the run put the spec back");
+}
+
+#[tokio::test]
+async fn deleting_the_cr_garbage_collects_its_owned_children() {
+    let (client, ns, api) = setup("proxy-gc").await;
+    let _operator = OperatorConfig::new(&watches(), &ns.name).start();
+    support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
+    support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+
+    api.delete("owner", &DeleteParams::background()).await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    // kube-controller-manager notices a new CRD at its next discovery resync: allow for it.
+    support::wait_for("owned children to be garbage-collected", Duration::from_secs(120), || async {
+        let cm = configmaps.get_opt("owner-cm").await.map_err(|e| e.to_string())?;
+        let deploy = deployments.get_opt("owner-deploy").await.map_err(|e| e.to_string())?;
+        Ok(if cm.is_none() && deploy.is_none() {
+            Ok(())
+        } else {
+            Err(format!("ConfigMap present: {}, Deployment present: {}", cm.is_some(), deploy.is_some()))
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn proxy_rejects_made_up_and_expired_credentials_on_the_chosen_port() {
+    let (client, ns, api) = setup("proxy-auth").await;
+    let port = free_port();
+    let _operator = OperatorConfig::new(&watches(), &ns.name).arg(format!("--proxy-port={port}")).start();
+    support::create_cr(&api, GROUP, KIND, "owner", json!({"leakToken": true})).await;
+    support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+
+    let leaked =
+        Api::<ConfigMap>::namespaced(client, &ns.name).get("owner-token").await.unwrap().data.unwrap();
+    assert_eq!(
+        leaked["server"],
+        format!("http://127.0.0.1:{port}"),
+        "the run's kubeconfig names the chosen port"
+    );
+    let token = &leaked["token"];
+    assert_eq!(
+        proxy_status(port, Some(&format!("Bearer {token}"))),
+        401,
+        "a finished run's token is revoked"
+    );
+    assert_eq!(proxy_status(port, Some("Bearer made-up")), 401);
+    assert_eq!(proxy_status(port, None), 401);
+}
+
+#[tokio::test]
+async fn after_a_restart_deleting_a_child_still_triggers_its_owner() {
+    let (client, ns, api) = setup("proxy-restart").await;
+    let first_operator = OperatorConfig::new(&watches(), &ns.name).start();
+    support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
+    support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+    let before = last_run(&api, "owner").await.unwrap();
+    stop(first_operator);
+
+    let _second = OperatorConfig::new(&watches(), &ns.name).start();
+    let after_start = wait_for_run_after(&api, "owner", &before).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    configmaps.delete("owner-cm", &DeleteParams::default()).await.unwrap();
+    wait_for_run_after(&api, "owner", &after_start).await;
+    configmaps.get("owner-cm").await.expect("the ConfigMap is back");
+}
+
+fn stop(mut operator: Operator) {
+    let status = operator.terminate(Duration::from_secs(30)).expect("operator exits after SIGTERM");
+    assert!(status.success(), "clean exit: {status}");
+}
