@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
@@ -13,6 +14,7 @@ use crate::controller::WatchController;
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::Settings;
+use crate::reconcile::budget::Budget;
 use crate::runner::{self, Inventory};
 use crate::watches::{self, Defaults, Environment};
 
@@ -115,6 +117,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tasks.spawn(async move { controller.run(&namespaces, shutdown).await });
     }
 
+    if args.max_runner_artifacts_total > 0 {
+        tokio::spawn(prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
+    }
+
     shutdown_signal().await;
     tracing::info!(timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish");
     shutdown.cancel();
@@ -122,13 +128,35 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     tokio::select! {
         _ = drained => {}
         _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
-            tracing::warn!("graceful shutdown timed out: stopping the runs still in flight");
+            tracing::warn!("graceful shutdown timed out");
+            settings.runner.active.terminate_all(RUN_TERMINATION_GRACE).await;
         }
         _ = shutdown_signal() => tracing::warn!("second signal: stopping at once"),
     }
     // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
     tasks.shutdown().await;
     Ok(())
+}
+
+/// How long a run gets between SIGTERM and SIGKILL once the graceful shutdown has timed out.
+const RUN_TERMINATION_GRACE: Duration = Duration::from_secs(5);
+
+/// How often the global artifact cap is enforced.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Keeps at most `keep` run artifacts across all CRs.
+async fn prune_artifacts(root: PathBuf, keep: usize) {
+    let mut interval = tokio::time::interval(PRUNE_INTERVAL);
+    loop {
+        interval.tick().await;
+        let root = root.clone();
+        match tokio::task::spawn_blocking(move || runner::artifacts::prune(&root, keep)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => tracing::info!(removed, keep, "pruned old run artifacts"),
+            Ok(Err(error)) => tracing::warn!(%error, "could not prune run artifacts"),
+            Err(error) => tracing::warn!(%error, "artifact pruning panicked"),
+        }
+    }
 }
 
 /// Process-wide reconcile settings from the flags and the environment (upstream §2.2).
@@ -149,12 +177,14 @@ fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String
                 .and_then(|v| v.parse::<u8>().ok())
                 .is_some_and(|v| v > 0),
             debug_logs: var("ANSIBLE_DEBUG_LOGS").is_some_and(parse_go_bool),
+            active: Default::default(),
         },
         runner_dir: args.runner_dir.clone(),
         ansible_args: args.ansible_args.clone(),
         inventory,
         role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
         playbook_env,
+        budget: Budget::new(args.max_concurrent_runs),
     }
 }
 

@@ -159,6 +159,16 @@ pub struct RunArgs {
           requires_if("true", "metrics_secure"))]
     pub metrics_require_rbac: bool,
 
+    /// ansible-runner processes that may run at once across all kinds (0: no limit beyond the
+    /// per-kind `--max-concurrent-reconciles`). New CRs and spec changes go before resyncs.
+    #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_RUNS", default_value_t = 0)]
+    pub max_concurrent_runs: usize,
+
+    /// Run artifacts kept across all CRs, oldest removed first (0: only each CR's own
+    /// `maxRunnerArtifacts` applies).
+    #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RUNNER_ARTIFACTS_TOTAL", default_value_t = 0)]
+    pub max_runner_artifacts_total: usize,
+
     /// Directory holding each CR's ansible-runner data directory and artifacts.
     #[arg(long, env = "ANSIBLE_OPERATOR_RUNNER_DIR", default_value = "/tmp/ansible-operator/runner")]
     pub runner_dir: std::path::PathBuf,

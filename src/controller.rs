@@ -4,7 +4,7 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::Selector;
 use kube::discovery::{self, Scope};
@@ -111,6 +111,14 @@ impl WatchController {
             .default_backoff()
             .modify(|object| object.managed_fields_mut().clear())
             .reflect(writer)
+            .inspect_ok({
+                let ctx = ctx.clone();
+                move |event| {
+                    if let watcher::Event::Delete(object) = event {
+                        remove_runner_dir(&ctx, object);
+                    }
+                }
+            })
             .applied_objects()
             .predicate_filter(
                 move |object: &DynamicObject| trigger_hash(object, annotations_trigger),
@@ -146,6 +154,18 @@ fn discovery_error(gvk: &Gvk, source: kube::Error) -> Error {
         }
         kube::Error::Api(status) if status.code == 404 => Error::NotServed { gvk },
         source => Error::Discovery { gvk, source },
+    }
+}
+
+/// A deleted CR's runner directory goes with it (upstream leaves them behind, AOP #47).
+fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
+    let dir = reconcile::runner_dir(&ctx.settings, &ctx.watch, object);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runner directory of a deleted CR"),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "could not remove a deleted CR's runner directory")
+        }
     }
 }
 

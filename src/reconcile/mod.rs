@@ -3,6 +3,7 @@
 
 pub mod annotations;
 pub mod backoff;
+pub mod budget;
 pub mod decide;
 
 use std::path::PathBuf;
@@ -25,6 +26,7 @@ use crate::runner::{self, Inventory, RunSpec};
 use crate::status::{self, Transition};
 use crate::vars::{self, VarsInput};
 use crate::watches::Watch;
+use budget::{Budget, Priority};
 use decide::{After, Before};
 
 /// How soon a CR that started terminating during a run is looked at again (as upstream).
@@ -50,6 +52,8 @@ pub struct Settings {
     pub role_skip_facts: bool,
     /// Further environment for playbooks (`--ansible-roles-path`, `--ansible-collections-path`).
     pub playbook_env: Vec<(String, String)>,
+    /// The global run budget (`--max-concurrent-runs`).
+    pub budget: Arc<Budget>,
 }
 
 /// Everything a reconcile of one watched kind needs.
@@ -196,6 +200,7 @@ async fn reconcile_inner(
         }
     };
     let generation = current.metadata.generation;
+    let _permit = ctx.settings.budget.acquire(priority(&current, finalizing)).await;
 
     if watch.manage_status {
         match status::write(&api, &name, &Transition::Running, generation).await? {
@@ -260,6 +265,16 @@ async fn reconcile_inner(
         return Err(Error::TaskFailed { key: key.into() });
     }
     Ok(next)
+}
+
+/// Converged CRs (their generation already succeeded) wait behind new work for the run budget.
+fn priority(object: &DynamicObject, finalizing: bool) -> Priority {
+    let converged = status::conditions_of(object).iter().any(|c| {
+        c["type"] == status::conditions::SUCCESSFUL
+            && c["status"] == "True"
+            && c["observedGeneration"].as_i64() == object.metadata.generation
+    });
+    if converged && !finalizing { Priority::Resync } else { Priority::Urgent }
 }
 
 /// After success: the `requeue_after` module's period, else the configured one (0 = wait for a change).

@@ -1,6 +1,8 @@
 //! Running ansible-runner: write the private data dir, start the process tree, follow its JSON
 //! event stream, fold it into an [`Outcome`], and leave nothing running behind.
 
+pub mod active;
+pub mod artifacts;
 pub mod event;
 pub mod input_dir;
 mod log_events;
@@ -9,6 +11,7 @@ pub mod process;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::Command;
@@ -17,6 +20,7 @@ pub use input_dir::{Inventory, RunSpec};
 
 use crate::cli::LogEvents;
 use crate::outcome::Outcome;
+use active::ActiveRuns;
 use event::Line;
 use process::ProcessTree;
 
@@ -34,6 +38,8 @@ pub struct Settings {
     pub log_raw_stdout: bool,
     /// Print each run's full stdout afterwards (`ANSIBLE_DEBUG_LOGS`).
     pub debug_logs: bool,
+    /// The runs in flight, for shutdown.
+    pub active: Arc<ActiveRuns>,
 }
 
 /// What a finished run tells.
@@ -104,7 +110,10 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| Error::Spawn { program: settings.program.clone(), source })?;
-    let mut tree = ProcessTree::new(child.id().unwrap_or_default());
+    let pid = child.id().unwrap_or_default();
+    let mut tree = ProcessTree::new(pid);
+    settings.active.add(pid);
+    let _forget = scopeguard(|| settings.active.remove(pid));
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
 
@@ -146,6 +155,19 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
     let output: Vec<String> = output.into_iter().filter(|line| !line.is_empty()).collect();
     let skip = output.len().saturating_sub(OUTPUT_TAIL);
     Ok(Report { outcome, output: output.into_iter().skip(skip).collect(), exit_code: status.code() })
+}
+
+/// Runs `f` when dropped (whether the run ends or is cancelled).
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }
 
 fn push_bounded(lines: &mut VecDeque<String>, line: String) {

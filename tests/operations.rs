@@ -1,0 +1,150 @@
+//! Operating the operator: graceful shutdown, the global run budget, bounded disk use.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kube::api::DeleteParams;
+use serde_json::json;
+use support::operator::OperatorConfig;
+
+const GROUP: &str = "ops.test.example.com";
+const WAIT: Duration = Duration::from_secs(90);
+
+fn watches(kind: &str, playbook: &str) -> String {
+    format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/playbooks/{playbook}\n"
+    )
+}
+
+/// PIDs of the ansible-runner processes working in `runner_dir`.
+fn runner_processes(runner_dir: &Path) -> Vec<u32> {
+    let needle = runner_dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains("ansible-runner") && cmdline.contains(&needle)
+        })
+        .collect()
+}
+
+/// Every process still running whose command line mentions `dir` (ansible-runner, ansible-playbook,
+/// the modules they start).
+fn processes_mentioning(dir: &Path) -> Vec<String> {
+    let needle = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let state = stat.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+            let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).ok()?)
+                .replace('\0', " ");
+            (state != "Z" && cmdline.contains(&needle)).then(|| format!("{pid}: {cmdline}"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sigterm_during_a_long_run_exits_within_the_timeout_and_leaves_no_ansible_process() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "ops-shutdown").await;
+    support::install_crd(&client, &support::crd(GROUP, "Sleeper", true)).await;
+    let mut operator = OperatorConfig::new(&watches("Sleeper", "sleep.yml"), &ns.name)
+        .arg("--graceful-shutdown-timeout=2s")
+        .start();
+    let api = support::cr_api(&client, GROUP, "Sleeper", &ns.name);
+    support::create_cr(&api, GROUP, "Sleeper", "long", json!({"seconds": 300})).await;
+    support::wait_for_condition(&api, "long", "Running", "True", WAIT).await;
+    let runner_dir = operator.dir.join("runner");
+    support::wait_for("the playbook to be running", WAIT, || async {
+        let running = processes_mentioning(&runner_dir);
+        Ok(if running.iter().any(|p| p.contains("ansible-playbook")) {
+            Ok(())
+        } else {
+            Err(format!("{running:?}"))
+        })
+    })
+    .await;
+
+    let started = Instant::now();
+    let status = operator.terminate(Duration::from_secs(30)).expect("the operator exits after SIGTERM");
+    let took = started.elapsed();
+    assert!(status.success(), "exit code 0 after SIGTERM, got {status}");
+    assert!(
+        took < Duration::from_secs(15),
+        "exited after {took:?}: timeout 2s plus at most the 5s kill grace"
+    );
+    // Give the kernel a moment to reap, then nothing of the run may be left.
+    let left = support::wait_for("no ansible process left", Duration::from_secs(5), || async {
+        let left = processes_mentioning(&runner_dir);
+        Ok(if left.is_empty() { Ok(left) } else { Err(format!("{left:#?}")) })
+    })
+    .await;
+    assert!(left.is_empty());
+}
+
+#[tokio::test]
+async fn the_global_run_budget_holds_under_a_burst() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "ops-budget").await;
+    support::install_crd(&client, &support::crd(GROUP, "Burst", true)).await;
+    let operator = OperatorConfig::new(&watches("Burst", "sleep.yml"), &ns.name)
+        .arg("--max-concurrent-reconciles=4")
+        .arg("--max-concurrent-runs=2")
+        .start();
+    let api = support::cr_api(&client, GROUP, "Burst", &ns.name);
+    for i in 0..6 {
+        support::create_cr(&api, GROUP, "Burst", &format!("b{i}"), json!({"seconds": 2})).await;
+    }
+    let runner_dir = operator.dir.join("runner");
+    let mut peak = 0;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        peak = peak.max(runner_processes(&runner_dir).len());
+        let list = api.list(&Default::default()).await.unwrap();
+        let done = list
+            .items
+            .iter()
+            .filter(|cr| support::condition(cr, "Successful").is_some_and(|c| c["status"] == "True"))
+            .count();
+        if done == 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {done} of 6 CRs succeeded in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(peak <= 2, "at most 2 ansible-runner processes at once, saw {peak}");
+    assert!(peak >= 1, "the sampling saw the runs");
+}
+
+#[tokio::test]
+async fn a_deleted_crs_runner_directory_is_removed() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "ops-disk").await;
+    support::install_crd(&client, &support::crd(GROUP, "Disk", true)).await;
+    let operator = OperatorConfig::new(&watches("Disk", "sleep.yml"), &ns.name).start();
+    let api = support::cr_api(&client, GROUP, "Disk", &ns.name);
+    support::create_cr(&api, GROUP, "Disk", "d", json!({"seconds": 0})).await;
+    support::wait_for_condition(&api, "d", "Successful", "True", WAIT).await;
+    let dir = operator.runner_dir(GROUP, "Disk", &ns.name, "d");
+    assert!(
+        dir.join("artifacts/latest/job_events").is_dir(),
+        "the run left its artifacts in {}",
+        dir.display()
+    );
+
+    api.delete("d", &DeleteParams::default()).await.unwrap();
+    support::wait_for("the runner directory to be removed", WAIT, || async {
+        Ok(if dir.exists() { Err(format!("{} still exists", dir.display())) } else { Ok(()) })
+    })
+    .await;
+}
