@@ -212,3 +212,14 @@ fn stop(mut operator: Operator) {
     let status = operator.terminate(Duration::from_secs(30)).expect("operator exits after SIGTERM");
     assert!(status.success(), "clean exit: {status}");
 }
+
+#[tokio::test]
+async fn with_injection_off_children_are_created_without_owner_references() {
+    let (client, ns, api) = setup("proxy-noinject").await;
+    let _operator = OperatorConfig::new(&watches(), &ns.name).arg("--inject-owner-ref=false").start();
+    support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
+    support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+    let child = Api::<ConfigMap>::namespaced(client, &ns.name).get("owner-cm").await.unwrap();
+    assert!(child.metadata.owner_references.is_none(), "{:?}", child.metadata.owner_references);
+    assert!(child.metadata.annotations.unwrap_or_default().get("operator-sdk/primary-resource").is_none());
+}
