@@ -9,6 +9,7 @@ pub mod controller;
 pub mod go_duration;
 pub mod kubeapi;
 pub mod logging;
+pub mod leader;
 pub mod outcome;
 pub mod proxy;
 pub mod reconcile;

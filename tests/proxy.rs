@@ -221,5 +221,5 @@ async fn with_injection_off_children_are_created_without_owner_references() {
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
     let child = Api::<ConfigMap>::namespaced(client, &ns.name).get("owner-cm").await.unwrap();
     assert!(child.metadata.owner_references.is_none(), "{:?}", child.metadata.owner_references);
-    assert!(child.metadata.annotations.unwrap_or_default().get("operator-sdk/primary-resource").is_none());
+    assert!(!child.metadata.annotations.unwrap_or_default().contains_key("operator-sdk/primary-resource"));
 }
