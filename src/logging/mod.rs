@@ -1,11 +1,18 @@
 //! Log output: `tracing` subscriber set up from controller-runtime's zap flags.
 
+mod zap_json;
+
+pub use zap_json::ZapJsonLayer;
+
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cli::{LogArgs, LogEncoder};
 
-/// Installs the global subscriber. JSON lines at info level by default; `--zap-devel` switches to
-/// console output at debug level, as controller-runtime does. `RUST_LOG` overrides the level.
+/// Installs the global subscriber. Zap-style JSON lines at info level by default; `--zap-devel`
+/// switches to console output at debug level, as controller-runtime does. `RUST_LOG` overrides the
+/// level.
 pub fn init(args: &LogArgs) {
     let level = match args.zap_log_level.as_deref() {
         Some(level) => zap_level(level),
@@ -15,10 +22,13 @@ pub fn init(args: &LogArgs) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let encoder =
         args.zap_encoder.unwrap_or(if args.zap_devel { LogEncoder::Console } else { LogEncoder::Json });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
+    // Fails only when a subscriber is already installed (tests, embedding); that one keeps working.
     let _ = match encoder {
-        LogEncoder::Json => builder.json().flatten_event(true).with_span_list(false).try_init(),
-        LogEncoder::Console => builder.try_init(),
+        LogEncoder::Json => registry.with(ZapJsonLayer::new(std::io::stderr)).try_init(),
+        LogEncoder::Console => {
+            registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()
+        }
     };
 }
 
