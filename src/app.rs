@@ -11,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, Command, RunArgs};
 use crate::controller::WatchController;
+use crate::health::{self, Readiness};
+use crate::leader;
+use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::Settings;
@@ -20,6 +23,12 @@ use crate::watches::{self, Defaults, Environment};
 
 /// Version string printed by `ansible-operator version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Commit the binary was built from, when the build says (`ANSIBLE_OPERATOR_COMMIT`).
+pub const COMMIT: &str = match option_env!("ANSIBLE_OPERATOR_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
 
 /// Runs the parsed command line and returns the process exit code.
 pub fn main(cli: Cli) -> ExitCode {
@@ -52,34 +61,12 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
-/// `ansible-operator run`: load the watches, start one controller per entry, run until a signal.
+/// `ansible-operator run`: load the watches, start the servers every replica runs (proxy, metrics,
+/// probes), then the controllers once this replica leads, and run until a signal.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    tracing::info!(version = VERSION, "version");
-    let mut env = Environment::from_process().context("read the working directory")?;
-    let mut playbook_env = Vec::new();
-    for (name, value) in [
-        ("ANSIBLE_ROLES_PATH", &args.ansible_roles_path),
-        ("ANSIBLE_COLLECTIONS_PATH", &args.ansible_collections_path),
-    ] {
-        if let Some(value) = value {
-            env = env.with_var(name, value.clone());
-            playbook_env.push((name.to_string(), value.clone()));
-        }
-    }
-    let defaults = Defaults {
-        max_concurrent_reconciles: args
-            .max_concurrent_reconciles
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
-        ansible_verbosity: args.ansible_verbosity,
-    };
-    let loaded = watches::load(&args.watches_file, &defaults, &env)?;
-    for warning in &loaded.warnings {
-        tracing::warn!(file = %args.watches_file.display(), "{warning}");
-    }
-    if loaded.watches.is_empty() {
-        tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
-    }
-
+    tracing::info!(version = VERSION, commit = COMMIT, "version");
+    let (env, playbook_env) = environment(&args)?;
+    let loaded = load_watches(&args, &env)?;
     let client = kube::Client::try_default().await.context("get the cluster config")?;
     let namespaces = watches::watch_namespaces(env.var("WATCH_NAMESPACE"));
     if namespaces.is_empty() {
@@ -91,6 +78,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if which("ansible-runner").is_none() {
         tracing::error!("ansible-runner is not on PATH: every reconcile will fail until it is installed");
     }
+    let metrics = Metrics::new(VERSION, COMMIT);
+    let readiness = Readiness::new();
+    let shutdown = CancellationToken::new();
+    serve_endpoints(&args, &metrics, &readiness, &shutdown).await?;
 
     let dependents = if args.inject_owner_ref {
         Some(Dependents::new(client.clone(), namespaces.clone()))
@@ -99,29 +90,70 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None
     };
     let (proxy, listener) = Proxy::bind(client.clone(), args.proxy_port, dependents.clone()).await?;
+    tokio::spawn(proxy.clone().serve(listener, shutdown.clone()));
 
     let mut controllers = Vec::new();
     for watch in loaded.watches {
-        let controller =
-            WatchController::new(client.clone(), watch, settings.clone(), proxy.clone(), dependents.clone())
-                .await?;
+        let controller = WatchController::new(
+            client.clone(),
+            watch,
+            settings.clone(),
+            proxy.clone(),
+            dependents.clone(),
+            metrics.clone(),
+        )
+        .await?;
         controllers.push(controller);
     }
-
-    let shutdown = CancellationToken::new();
-    let mut tasks = tokio::task::JoinSet::new();
-    tokio::spawn(proxy.serve(listener, shutdown.clone()));
-    for controller in controllers {
-        let namespaces = namespaces.clone();
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move { controller.run(&namespaces, shutdown).await });
-    }
-
     if args.max_runner_artifacts_total > 0 {
         tokio::spawn(prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
     }
 
-    shutdown_signal().await;
+    let mut leadership = match leader_config(&args)? {
+        Some(config) => {
+            // A standby is ready: it serves the proxy and waits to take over.
+            readiness.mark_started();
+            let (mut leading, _task) = leader::spawn(client.clone(), config, shutdown.clone());
+            tokio::select! {
+                led = leading.wait_for(|leading| *leading) => led.context("leader election stopped")?,
+                _ = shutdown_signal() => {
+                    shutdown.cancel();
+                    return Ok(());
+                }
+            };
+            Some(leading)
+        }
+        None => None,
+    };
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for controller in controllers {
+        let scopes =
+            controller.scopes(&namespaces).into_iter().map(|scope| (scope, readiness.register())).collect();
+        tasks.spawn(controller.run(scopes, shutdown.clone()));
+    }
+    readiness.mark_started();
+
+    let lost = async {
+        match &mut leadership {
+            Some(leading) => {
+                let _ = leading.wait_for(|leading| !*leading).await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        _ = lost => {
+            // As controller-runtime: a replica that lost its lease stops at once and exits 1.
+            tracing::error!("lost leadership: stopping at once");
+            shutdown.cancel();
+            settings.runner.active.terminate_all(Duration::ZERO).await;
+            tasks.shutdown().await;
+            anyhow::bail!("leader election lost");
+        }
+    }
+
     tracing::info!(timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish");
     shutdown.cancel();
     let drained = async { while tasks.join_next().await.is_some() {} };
@@ -136,6 +168,94 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
     tasks.shutdown().await;
     Ok(())
+}
+
+/// The environment watches are loaded with, with `--ansible-roles-path` and
+/// `--ansible-collections-path` applied, and the same two for playbooks.
+fn environment(args: &RunArgs) -> anyhow::Result<(Environment, Vec<(String, String)>)> {
+    let mut env = Environment::from_process().context("read the working directory")?;
+    let mut playbook_env = Vec::new();
+    for (name, value) in [
+        ("ANSIBLE_ROLES_PATH", &args.ansible_roles_path),
+        ("ANSIBLE_COLLECTIONS_PATH", &args.ansible_collections_path),
+    ] {
+        if let Some(value) = value {
+            env = env.with_var(name, value.clone());
+            playbook_env.push((name.to_string(), value.clone()));
+        }
+    }
+    Ok((env, playbook_env))
+}
+
+fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Loaded> {
+    let defaults = Defaults {
+        max_concurrent_reconciles: args
+            .max_concurrent_reconciles
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
+        ansible_verbosity: args.ansible_verbosity,
+    };
+    let loaded = watches::load(&args.watches_file, &defaults, env)?;
+    for warning in &loaded.warnings {
+        tracing::warn!(file = %args.watches_file.display(), "{warning}");
+    }
+    if loaded.watches.is_empty() {
+        tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
+    }
+    Ok(loaded)
+}
+
+/// Binds and serves `/metrics`, the user-metrics endpoint and the probes; each can be disabled with `0`.
+async fn serve_endpoints(
+    args: &RunArgs,
+    metrics: &Arc<Metrics>,
+    readiness: &Arc<Readiness>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    if args.metrics_secure {
+        tracing::warn!("--metrics-secure is not supported yet: serving metrics over plain HTTP");
+    }
+    let bind = |address: &str, what: &'static str| {
+        let address = address.to_string();
+        async move { metrics::bind(&address).await.with_context(|| format!("serve {what} on {address}")) }
+    };
+    if let Some(listener) = bind(&args.metrics_bind_address, "metrics").await? {
+        tokio::spawn(metrics::serve_metrics(listener, metrics.clone(), shutdown.clone()));
+    }
+    if let Some(listener) = bind(&args.user_metrics_bind_address, "user metrics").await? {
+        tokio::spawn(metrics::serve_user_metrics(listener, metrics.clone(), shutdown.clone()));
+    }
+    if let Some(listener) = bind(&args.health_probe_bind_address, "health probes").await? {
+        tokio::spawn(health::serve_health(listener, readiness.clone(), shutdown.clone()));
+    }
+    Ok(())
+}
+
+/// The Lease to campaign for with `--leader-elect`, as upstream: its name from
+/// `--leader-election-id` (or `OPERATOR_NAME`), its namespace from `--leader-election-namespace`
+/// or, in a cluster, the pod's own.
+fn leader_config(args: &RunArgs) -> anyhow::Result<Option<leader::Config>> {
+    if !args.leader_elect {
+        return Ok(None);
+    }
+    let name = args
+        .leader_election_id
+        .clone()
+        .or_else(|| std::env::var("OPERATOR_NAME").ok())
+        .filter(|name| !name.is_empty())
+        .context("--leader-elect needs --leader-election-id")?;
+    let namespace = args
+        .leader_election_namespace
+        .clone()
+        .or_else(leader::in_cluster_namespace)
+        .context("--leader-elect outside a cluster needs --leader-election-namespace")?;
+    let config = leader::Config::new(
+        namespace,
+        name,
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+    );
+    config.validate().context("leader election flags")?;
+    Ok(Some(config))
 }
 
 /// How long a run gets between SIGTERM and SIGKILL once the graceful shutdown has timed out.

@@ -98,6 +98,10 @@ pub struct RunArgs {
     )]
     pub metrics_bind_address: String,
 
+    /// Address of the user-metrics endpoint `operator_sdk.util.osdk_metric` posts to (`0` disables it).
+    #[arg(long, env = "ANSIBLE_OPERATOR_USER_METRICS_BIND_ADDRESS", default_value = "127.0.0.1:5050")]
+    pub user_metrics_bind_address: String,
+
     /// Address of the `/healthz` and `/readyz` probes (`0` disables them).
     #[arg(long, env = "ANSIBLE_OPERATOR_HEALTH_PROBE_BIND_ADDRESS", default_value = ":6789")]
     pub health_probe_bind_address: String,

@@ -15,6 +15,8 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::health::SyncToken;
+use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::{self, Context, Settings};
@@ -64,6 +66,7 @@ impl WatchController {
         settings: Arc<Settings>,
         proxy: Arc<Proxy>,
         dependents: Option<Arc<Dependents>>,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, Error> {
         let gvk = watch.gvk.clone();
         let (resource, capabilities) = discovery::pinned_kind(&client, &gvk.to_kube())
@@ -79,24 +82,36 @@ impl WatchController {
             settings,
             backoff: Default::default(),
             proxy,
+            gvk_label: metrics::gvk_label(&gvk.group, &gvk.version, &gvk.kind),
+            controller_label: metrics::controller_label(&gvk.kind, &gvk.version),
+            metrics,
         };
+        let concurrency = i64::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(i64::MAX);
+        ctx.metrics.set_max_concurrent(&ctx.controller_label, concurrency);
         Ok(Self { ctx: Arc::new(ctx), selector, dependents })
     }
 
-    /// Runs until `shutdown` is cancelled: one watch per namespace in `namespaces` (all namespaces
-    /// when empty, or when the kind is cluster-scoped), reconciles at most
-    /// `max_concurrent_reconciles` CRs at once per namespace watch.
-    pub async fn run(self, namespaces: &[String], shutdown: CancellationToken) {
-        let scopes: Vec<Option<&str>> = if namespaces.is_empty() || !self.ctx.namespaced {
+    /// The watches this controller runs: one per namespace in `namespaces` (one for all namespaces
+    /// when empty, or when the kind is cluster-scoped).
+    pub fn scopes(&self, namespaces: &[String]) -> Vec<Option<String>> {
+        if namespaces.is_empty() || !self.ctx.namespaced {
             vec![None]
         } else {
-            namespaces.iter().map(|ns| Some(ns.as_str())).collect()
-        };
-        let runs = scopes.into_iter().map(|namespace| self.run_scope(namespace, shutdown.clone()));
+            namespaces.iter().cloned().map(Some).collect()
+        }
+    }
+
+    /// Runs one watch per scope until `shutdown` is cancelled, reconciling at most
+    /// `max_concurrent_reconciles` CRs at once per watch. Each scope's token is marked synced once
+    /// its initial list is in.
+    pub async fn run(self, scopes: Vec<(Option<String>, SyncToken)>, shutdown: CancellationToken) {
+        let runs =
+            scopes.into_iter().map(|(namespace, synced)| self.run_scope(namespace, synced, shutdown.clone()));
         futures::future::join_all(runs).await;
     }
 
-    async fn run_scope(&self, namespace: Option<&str>, shutdown: CancellationToken) {
+    async fn run_scope(&self, namespace: Option<String>, synced: SyncToken, shutdown: CancellationToken) {
+        let namespace = namespace.as_deref();
         let ctx = &self.ctx;
         let client = ctx.client.clone();
         let api: Api<DynamicObject> = match namespace {
@@ -113,10 +128,16 @@ impl WatchController {
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
-                move |event| {
-                    if let watcher::Event::Delete(object) = event {
-                        remove_runner_dir(&ctx, object);
+                // Watched here rather than through the store: kube's store wakes only one waiter.
+                let mut synced = Some(synced);
+                move |event| match event {
+                    watcher::Event::Delete(object) => remove_runner_dir(&ctx, object),
+                    watcher::Event::InitDone => {
+                        if let Some(token) = synced.take() {
+                            token.synced();
+                        }
                     }
+                    _ => {}
                 }
             })
             .applied_objects()

@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use crate::go_duration;
 use crate::kubeapi::{self, with_timeout};
+use crate::metrics::{Metrics, ReconcileOutcome};
 use crate::outcome::Outcome;
 use crate::proxy::Proxy;
 use crate::proxy::credentials::{Grant, Issued};
@@ -72,6 +73,12 @@ pub struct Context {
     pub backoff: backoff::Backoff,
     /// The API proxy playbooks reach the cluster through.
     pub proxy: Arc<Proxy>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// This kind's `GVK` metric label.
+    pub gvk_label: String,
+    /// This kind's `controller` metric label.
+    pub controller_label: String,
 }
 
 /// Why a reconcile failed; each leads to a retry with backoff.
@@ -138,16 +145,40 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         name = object.name_any(),
         job = %ident,
     );
+    let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
     let result = reconcile_inner(&object, &ctx, &key, ident).instrument(span.clone()).await;
     let _entered = span.enter();
-    match &result {
-        Ok(action) => {
+    match result {
+        Ok(next) => {
             ctx.backoff.reset(&key);
-            tracing::debug!(?action, "reconcile done");
+            tracing::debug!(?next, "reconcile done");
+            timer.finish(ReconcileOutcome::Succeeded { requeue_after: next != Next::AwaitChange });
+            Ok(next.into())
         }
-        Err(error) => tracing::error!(error = %error_chain(error), "reconcile failed"),
+        Err(error) => {
+            tracing::error!(error = %error_chain(&error), "reconcile failed");
+            timer.finish(ReconcileOutcome::Failed);
+            Err(error)
+        }
     }
-    result
+}
+
+/// When a reconcile that succeeded comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Only when the CR (or a dependent) changes.
+    AwaitChange,
+    /// After this long.
+    Requeue(Duration),
+}
+
+impl From<Next> for Action {
+    fn from(next: Next) -> Self {
+        match next {
+            Next::AwaitChange => Action::await_change(),
+            Next::Requeue(after) => Action::requeue(after),
+        }
+    }
 }
 
 /// The controller's error policy: retry with per-CR exponential backoff.
@@ -160,11 +191,11 @@ async fn reconcile_inner(
     ctx: &Context,
     key: &str,
     ident: String,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let api = api_for(ctx, object);
     let name = object.name_any();
     let Some(mut current) = get(&api, &name, key).await? else {
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     };
     let watch = &ctx.watch;
     let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
@@ -186,33 +217,37 @@ async fn reconcile_inner(
     let finalizing = match decide::before(&current.metadata, finalizer) {
         Before::SkipTerminating => {
             tracing::info!("resource is terminated, skipping reconciliation");
-            return Ok(Action::await_change());
+            return Ok(Next::AwaitChange);
         }
         Before::Finalize => true,
         Before::Run { add_finalizer } => {
             if let (true, Some(finalizer)) = (add_finalizer, finalizer) {
                 match set_finalizer(&api, &current, finalizer, true, key).await? {
                     Some(updated) => current = updated,
-                    None => return Ok(Action::await_change()),
+                    None => return Ok(Next::AwaitChange),
                 }
             }
             false
         }
     };
     let generation = current.metadata.generation;
+    let waiting = ctx.metrics.waiting();
     let _permit = ctx.settings.budget.acquire(priority(&current, finalizing)).await;
+    drop(waiting);
 
     if watch.manage_status {
         match status::write(&api, &name, &Transition::Running, generation).await? {
             Some(updated) => current = updated,
-            None => return Ok(Action::await_change()),
+            None => return Ok(Next::AwaitChange),
         }
     }
 
     let mut spec = run_spec(ctx, &current, finalizing, ident);
     let report = match proxy_credential(&ctx.proxy, ctx, &current, &mut spec) {
         Ok((issued, kubeconfig)) => {
+            let in_flight = ctx.metrics.run_started();
             let report = runner::run(&ctx.settings.runner, &spec).await;
+            drop(in_flight);
             drop(issued);
             let _ = std::fs::remove_file(kubeconfig);
             report
@@ -239,7 +274,7 @@ async fn reconcile_inner(
     }
 
     let Some(after_run) = get(&api, &name, key).await? else {
-        return Ok(Action::await_change());
+        return Ok(Next::AwaitChange);
     };
     let mut next = requeue(outcome, period);
     match decide::after(&after_run.metadata, finalizer, finalizing, outcome.succeeded()) {
@@ -247,9 +282,9 @@ async fn reconcile_inner(
             if let Some(finalizer) = finalizer {
                 set_finalizer(&api, &after_run, finalizer, false, key).await?;
             }
-            return Ok(Action::await_change());
+            return Ok(Next::AwaitChange);
         }
-        After::RunFinalizerSoon => next = Action::requeue(FINALIZER_REQUEUE),
+        After::RunFinalizerSoon => next = Next::Requeue(FINALIZER_REQUEUE),
         After::Nothing => {}
     }
 
@@ -278,14 +313,14 @@ fn priority(object: &DynamicObject, finalizing: bool) -> Priority {
 }
 
 /// After success: the `requeue_after` module's period, else the configured one (0 = wait for a change).
-fn requeue(outcome: &Outcome, period: Duration) -> Action {
+fn requeue(outcome: &Outcome, period: Duration) -> Next {
     match outcome.requeue_after.unwrap_or(period) {
-        Duration::ZERO => Action::await_change(),
+        Duration::ZERO => Next::AwaitChange,
         period => {
             if outcome.requeue_after.is_some() {
                 tracing::info!(period = %go_duration::format(period), "set the reconciliation to occur after");
             }
-            Action::requeue(period)
+            Next::Requeue(period)
         }
     }
 }

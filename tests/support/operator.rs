@@ -94,8 +94,17 @@ impl Operator {
         self.dir.join("runner").join(group).join("v1alpha1").join(kind).join(namespace).join(name)
     }
 
+    /// SIGKILL: the process dies without cleaning up, as on a node failure.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM and waits (up to `timeout`) for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = std::time::Instant::now() + timeout;
         while std::time::Instant::now() < deadline {
@@ -120,13 +129,20 @@ impl Drop for Operator {
     }
 }
 
-/// Flags that let operators run side by side: an OS-chosen proxy port unless the test picks one.
+/// Flags that let operators run side by side: an OS-chosen proxy port and no metrics, user-metrics
+/// or probe listeners, unless the test sets them.
 fn default_ports(args: &[String]) -> Vec<String> {
-    let mut defaults = Vec::new();
-    if !args.iter().any(|a| a.starts_with("--proxy-port")) {
-        defaults.push("--proxy-port=0".to_string());
-    }
+    let defaults = [
+        ("--proxy-port", "0"),
+        ("--metrics-bind-address", "0"),
+        ("--health-probe-bind-address", "0"),
+        ("--user-metrics-bind-address", "0"),
+    ];
     defaults
+        .iter()
+        .filter(|(flag, _)| !args.iter().any(|a| a.starts_with(flag)))
+        .map(|(flag, value)| format!("{flag}={value}"))
+        .collect()
 }
 
 /// The operator binary with the test cluster and the project's venv in its environment.
@@ -157,7 +173,9 @@ pub fn fixtures() -> PathBuf {
 
 /// A fresh directory under the target dir for one operator run.
 pub fn scratch_dir(label: &str) -> PathBuf {
-    let dir = repo().join("target/test-operators").join(format!("{label}-{}", std::process::id()));
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = repo().join("target/test-operators").join(format!("{label}-{}-{count}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create scratch dir");
     dir

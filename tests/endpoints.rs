@@ -1,0 +1,209 @@
+//! What an operator exposes to the cluster around it: metrics, user metrics, probes, leadership.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+use support::operator::OperatorConfig;
+
+const GROUP: &str = "endpoints.test.example.com";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn watches(kind: &str, playbook: &str) -> String {
+    format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/playbooks/{playbook}\n"
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Status code and body of a GET to 127.0.0.1:`port``path`, or `None` while nothing listens.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
+    Some((code, body))
+}
+
+/// The value of the first sample line starting with `prefix`.
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines().find(|line| line.starts_with(prefix))?.rsplit(' ').next()?.parse().ok()
+}
+
+#[tokio::test]
+async fn metrics_expose_upstream_names_that_move_after_a_reconcile_plus_user_metrics() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "endpoints-metrics").await;
+    support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
+    let (metrics_port, user_port) = (free_port(), free_port());
+    let _operator = OperatorConfig::new(&watches("Metered", "user_metric.yml"), &ns.name)
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+        .arg(format!("--user-metrics-bind-address=127.0.0.1:{user_port}"))
+        .start();
+    let api = support::cr_api(&client, GROUP, "Metered", &ns.name);
+    support::create_cr(&api, GROUP, "Metered", "m", json!({"metricsPort": user_port})).await;
+    support::wait_for_condition(&api, "m", "Successful", "True", WAIT).await;
+
+    let gvk = format!("GVK=\"{GROUP}/v1alpha1, Kind=Metered\"");
+    let text = support::wait_for("the reconcile to show in /metrics", WAIT, || async {
+        let Some((200, text)) = get(metrics_port, "/metrics") else { return Ok(Err("no answer".into())) };
+        let done = sample(&text, &format!("ansible_operator_reconcile_result{{{gvk},result=\"succeeded\"}}"))
+            .or_else(|| {
+                sample(&text, &format!("ansible_operator_reconcile_result{{result=\"succeeded\",{gvk}}}"))
+            });
+        Ok(if done.is_some_and(|v| v >= 1.0) { Ok(text) } else { Err(text) })
+    })
+    .await;
+    assert!(text.contains("ansible_operator_build_info{"), "{text}");
+    assert!(
+        sample(&text, &format!("ansible_operator_reconciles_count{{{gvk}}}")).is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    let controller = "controller=\"metered-v1alpha1-controller\"";
+    let successes = text
+        .lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_total{") && l.contains(controller))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>();
+    assert!(successes >= 1.0, "{text}");
+    assert!(text.contains(&format!("controller_runtime_active_workers{{{controller}}}")), "{text}");
+    assert!(text.contains("controller_runtime_reconcile_time_seconds_count{"), "{text}");
+    assert!(text.contains("ansible_operator_runs_in_flight"), "{text}");
+    assert!(
+        sample(&text, "sample_runs_total").is_some_and(|v| v >= 1.0),
+        "the playbook's osdk_metric: {text}"
+    );
+}
+
+#[tokio::test]
+async fn readyz_is_503_until_every_watch_has_listed_its_crs() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "endpoints-ready").await;
+    support::install_crd(&client, &support::crd(GROUP, "Gated", true)).await;
+    // A service account that may use discovery but not list the kind yet.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns.name);
+    accounts
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "op"}})).unwrap())
+        .await
+        .unwrap();
+    let kubeconfig = restricted_kubeconfig(&ns.name, "op");
+    let health = free_port();
+    let _operator = OperatorConfig::new(&watches("Gated", "counts.yml"), &ns.name)
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .env("KUBECONFIG", kubeconfig.display().to_string())
+        .start();
+
+    let (code, body) = support::wait_for("/healthz to answer", WAIT, || async {
+        Ok(match get(health, "/healthz") {
+            Some((200, _)) => get(health, "/readyz").ok_or_else(|| "no /readyz answer".to_string()),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await;
+    assert_eq!(code, 503, "not ready while the watch cannot list: {body}");
+
+    grant_watch(&client, &ns.name, "op").await;
+    let started = Instant::now();
+    support::wait_for("/readyz to turn 200 once the list succeeds", Duration::from_secs(90), || async {
+        Ok(match get(health, "/readyz") {
+            Some((200, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await;
+    eprintln!("ready {:?} after the grant", started.elapsed());
+}
+
+/// A kubeconfig for `account` in `namespace`, with a token from the TokenRequest API.
+fn restricted_kubeconfig(namespace: &str, account: &str) -> std::path::PathBuf {
+    let kubectl = support::repo().join(".local/bin/kubectl");
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(support::kubeconfig())
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        assert!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().to_string()
+    };
+    let token = run(&["create", "token", account, "-n", namespace, "--duration=1h"]);
+    let server = run(&["config", "view", "--raw", "-o", "jsonpath={.clusters[0].cluster.server}"]);
+    let ca =
+        run(&["config", "view", "--raw", "-o", "jsonpath={.clusters[0].cluster.certificate-authority-data}"]);
+    let path = support::operator::scratch_dir(&format!("{namespace}-kubeconfig")).join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+         users:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u, namespace: {namespace}}}\ncurrent-context: x\n"
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn grant_watch(client: &kube::Client, namespace: &str, account: &str) {
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "op"},
+        "rules": [{"apiGroups": [GROUP], "resources": ["gateds", "gateds/status"], "verbs": ["get", "list", "watch", "update", "patch"]}]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(client.clone(), namespace).create(&PostParams::default(), &role).await.unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "op"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "op"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "endpoints-leader").await;
+    support::install_crd(&client, &support::crd(GROUP, "Led", true)).await;
+    let start = |label: &str| {
+        OperatorConfig::new(&watches("Led", "validate.yml"), &ns.name)
+            .arg("--leader-elect")
+            .arg(format!("--leader-election-id={}-lock", ns.name))
+            .arg(format!("--leader-election-namespace={}", ns.name))
+            .arg("--leader-elect-lease-duration=4s")
+            .arg("--leader-elect-renew-deadline=3s")
+            .env("HOSTNAME", label)
+            .start()
+    };
+    let mut first = start("first");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let second = start("second");
+    let api = support::cr_api(&client, GROUP, "Led", &ns.name);
+    support::create_cr(&api, GROUP, "Led", "one", json!({"size": 1})).await;
+    support::wait_for_condition(&api, "one", "Successful", "True", WAIT).await;
+
+    let ran = |operator: &support::operator::Operator, name: &str| {
+        operator.runner_dir(GROUP, "Led", &ns.name, name).exists()
+    };
+    assert!(ran(&first, "one") ^ ran(&second, "one"), "exactly one replica ran the CR");
+    let (mut leader, standby) = if ran(&first, "one") { (first, second) } else { (second, first) };
+    first = standby;
+
+    leader.kill();
+    let killed = Instant::now();
+    support::create_cr(&api, GROUP, "Led", "two", json!({"size": 2})).await;
+    support::wait_for_condition(&api, "two", "Successful", "True", WAIT).await;
+    let took = killed.elapsed();
+    assert!(ran(&first, "two"), "the standby ran the new CR");
+    // Lease 4s, then the standby's retry period and one run of the playbook.
+    assert!(took < Duration::from_secs(30), "took over and reconciled after {took:?}");
+}
