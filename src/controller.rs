@@ -158,7 +158,7 @@ impl WatchController {
             .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|result| async move {
                 if let Err(error) = result {
-                    tracing::debug!(error = %reconcile::error_chain(&error), "controller event");
+                    tracing::debug!(error = %crate::logging::error_chain(&error), "controller event");
                 }
             })
             .await;

@@ -10,18 +10,13 @@ use support::operator::OperatorConfig;
 const GROUP: &str = "core.test.example.com";
 const WAIT: Duration = Duration::from_secs(60);
 
-fn watches(kind: &str, playbook: &str) -> String {
-    format!(
-        "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/playbooks/{playbook}\n"
-    )
-}
-
 #[tokio::test]
 async fn created_cr_reaches_successful_with_counts_from_the_playbook() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "core-success").await;
     support::install_crd(&client, &support::crd(GROUP, "Counter", true)).await;
-    let _operator = OperatorConfig::new(&watches("Counter", "counts.yml"), &ns.name).start();
+    let _operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Counter", "counts.yml"), &ns.name).start();
     let api = support::cr_api(&client, GROUP, "Counter", &ns.name);
 
     support::create_cr(&api, GROUP, "Counter", "one", json!({"size": 3})).await;
@@ -51,7 +46,8 @@ async fn failed_task_sets_failure_with_its_message_until_the_spec_is_fixed() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "core-failure").await;
     support::install_crd(&client, &support::crd(GROUP, "Validated", true)).await;
-    let _operator = OperatorConfig::new(&watches("Validated", "validate.yml"), &ns.name).start();
+    let _operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Validated", "validate.yml"), &ns.name).start();
     let api = support::cr_api(&client, GROUP, "Validated", &ns.name);
 
     support::create_cr(&api, GROUP, "Validated", "bad", json!({"size": -1})).await;
@@ -76,7 +72,8 @@ async fn run_without_play_recap_fails_with_the_runners_own_error() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "core-nostats").await;
     support::install_crd(&client, &support::crd(GROUP, "Broken", true)).await;
-    let _operator = OperatorConfig::new(&watches("Broken", "broken.yml"), &ns.name).start();
+    let _operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Broken", "broken.yml"), &ns.name).start();
     let api = support::cr_api(&client, GROUP, "Broken", &ns.name);
 
     support::create_cr(&api, GROUP, "Broken", "b", json!({})).await;

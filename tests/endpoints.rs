@@ -2,7 +2,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -14,27 +13,6 @@ use support::operator::OperatorConfig;
 const GROUP: &str = "endpoints.test.example.com";
 const WAIT: Duration = Duration::from_secs(60);
 
-fn watches(kind: &str, playbook: &str) -> String {
-    format!(
-        "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/playbooks/{playbook}\n"
-    )
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Status code and body of a GET to 127.0.0.1:`port``path`, or `None` while nothing listens.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let code = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
-    Some((code, body))
-}
-
 /// The value of the first sample line starting with `prefix`.
 fn sample(text: &str, prefix: &str) -> Option<f64> {
     text.lines().find(|line| line.starts_with(prefix))?.rsplit(' ').next()?.parse().ok()
@@ -45,18 +23,21 @@ async fn metrics_expose_upstream_names_that_move_after_a_reconcile_plus_user_met
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "endpoints-metrics").await;
     support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
-    let (metrics_port, user_port) = (free_port(), free_port());
-    let _operator = OperatorConfig::new(&watches("Metered", "user_metric.yml"), &ns.name)
-        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-        .arg(format!("--user-metrics-bind-address=127.0.0.1:{user_port}"))
-        .start();
+    let (metrics_port, user_port) = (support::free_port(), support::free_port());
+    let _operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Metered", "user_metric.yml"), &ns.name)
+            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+            .arg(format!("--user-metrics-bind-address=127.0.0.1:{user_port}"))
+            .start();
     let api = support::cr_api(&client, GROUP, "Metered", &ns.name);
     support::create_cr(&api, GROUP, "Metered", "m", json!({"metricsPort": user_port})).await;
     support::wait_for_condition(&api, "m", "Successful", "True", WAIT).await;
 
     let gvk = format!("GVK=\"{GROUP}/v1alpha1, Kind=Metered\"");
     let text = support::wait_for("the reconcile to show in /metrics", WAIT, || async {
-        let Some((200, text)) = get(metrics_port, "/metrics") else { return Ok(Err("no answer".into())) };
+        let Some((200, text)) = support::http_get(metrics_port, "/metrics", None) else {
+            return Ok(Err("no answer".into()));
+        };
         let done = sample(&text, &format!("ansible_operator_reconcile_result{{{gvk},result=\"succeeded\"}}"))
             .or_else(|| {
                 sample(&text, &format!("ansible_operator_reconcile_result{{result=\"succeeded\",{gvk}}}"))
@@ -97,15 +78,17 @@ async fn readyz_is_503_until_every_watch_has_listed_its_crs() {
         .await
         .unwrap();
     let kubeconfig = restricted_kubeconfig(&ns.name, "op");
-    let health = free_port();
-    let _operator = OperatorConfig::new(&watches("Gated", "counts.yml"), &ns.name)
+    let health = support::free_port();
+    let _operator = OperatorConfig::new(&support::playbook_watch(GROUP, "Gated", "counts.yml"), &ns.name)
         .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
         .env("KUBECONFIG", kubeconfig.display().to_string())
         .start();
 
     let (code, body) = support::wait_for("/healthz to answer", WAIT, || async {
-        Ok(match get(health, "/healthz") {
-            Some((200, _)) => get(health, "/readyz").ok_or_else(|| "no /readyz answer".to_string()),
+        Ok(match support::http_get(health, "/healthz", None) {
+            Some((200, _)) => {
+                support::http_get(health, "/readyz", None).ok_or_else(|| "no /readyz answer".to_string())
+            }
             other => Err(format!("{other:?}")),
         })
     })
@@ -115,7 +98,7 @@ async fn readyz_is_503_until_every_watch_has_listed_its_crs() {
     grant_watch(&client, &ns.name, "op").await;
     let started = Instant::now();
     support::wait_for("/readyz to turn 200 once the list succeeds", Duration::from_secs(90), || async {
-        Ok(match get(health, "/readyz") {
+        Ok(match support::http_get(health, "/readyz", None) {
             Some((200, body)) => Ok(body),
             other => Err(format!("{other:?}")),
         })
@@ -175,12 +158,12 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
     let ns = support::TestNamespace::new(&client, "endpoints-leader").await;
     support::install_crd(&client, &support::crd(GROUP, "Led", true)).await;
     let start = |label: &str| {
-        OperatorConfig::new(&watches("Led", "validate.yml"), &ns.name)
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Led", "validate.yml"), &ns.name)
             .arg("--leader-elect")
             .arg(format!("--leader-election-id={}-lock", ns.name))
             .arg(format!("--leader-election-namespace={}", ns.name))
-            .arg("--leader-elect-lease-duration=4s")
-            .arg("--leader-elect-renew-deadline=3s")
+            .arg("--leader-elect-lease-duration=8s")
+            .arg("--leader-elect-renew-deadline=6s")
             .env("HOSTNAME", label)
             .start()
     };
@@ -204,6 +187,6 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
     support::wait_for_condition(&api, "two", "Successful", "True", WAIT).await;
     let took = killed.elapsed();
     assert!(ran(&first, "two"), "the standby ran the new CR");
-    // Lease 4s, then the standby's retry period and one run of the playbook.
-    assert!(took < Duration::from_secs(30), "took over and reconciled after {took:?}");
+    // Lease 8s, then the standby's retry period and one run of the playbook.
+    assert!(took < Duration::from_secs(40), "took over and reconciled after {took:?}");
 }

@@ -12,12 +12,6 @@ use support::operator::OperatorConfig;
 const GROUP: &str = "ops.test.example.com";
 const WAIT: Duration = Duration::from_secs(90);
 
-fn watches(kind: &str, playbook: &str) -> String {
-    format!(
-        "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/playbooks/{playbook}\n"
-    )
-}
-
 /// PIDs of the ansible-runner processes working in `runner_dir`.
 fn runner_processes(runner_dir: &Path) -> Vec<u32> {
     let needle = runner_dir.display().to_string();
@@ -58,7 +52,7 @@ async fn sigterm_during_a_long_run_exits_within_the_timeout_and_leaves_no_ansibl
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "ops-shutdown").await;
     support::install_crd(&client, &support::crd(GROUP, "Sleeper", true)).await;
-    let mut operator = OperatorConfig::new(&watches("Sleeper", "sleep.yml"), &ns.name)
+    let mut operator = OperatorConfig::new(&support::playbook_watch(GROUP, "Sleeper", "sleep.yml"), &ns.name)
         .arg("--graceful-shutdown-timeout=2s")
         .start();
     let api = support::cr_api(&client, GROUP, "Sleeper", &ns.name);
@@ -97,7 +91,7 @@ async fn the_global_run_budget_holds_under_a_burst() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "ops-budget").await;
     support::install_crd(&client, &support::crd(GROUP, "Burst", true)).await;
-    let operator = OperatorConfig::new(&watches("Burst", "sleep.yml"), &ns.name)
+    let operator = OperatorConfig::new(&support::playbook_watch(GROUP, "Burst", "sleep.yml"), &ns.name)
         .arg("--max-concurrent-reconciles=4")
         .arg("--max-concurrent-runs=2")
         .start();
@@ -131,7 +125,8 @@ async fn a_deleted_crs_runner_directory_is_removed() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "ops-disk").await;
     support::install_crd(&client, &support::crd(GROUP, "Disk", true)).await;
-    let operator = OperatorConfig::new(&watches("Disk", "sleep.yml"), &ns.name).start();
+    let operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Disk", "sleep.yml"), &ns.name).start();
     let api = support::cr_api(&client, GROUP, "Disk", &ns.name);
     support::create_cr(&api, GROUP, "Disk", "d", json!({"seconds": 0})).await;
     support::wait_for_condition(&api, "d", "Successful", "True", WAIT).await;

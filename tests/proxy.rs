@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -50,21 +49,6 @@ async fn wait_for_run_after(api: &Api<DynamicObject>, name: &str, previous: &str
 
 fn owner_refs(object: &impl kube::Resource) -> Vec<(String, String)> {
     object.meta().owner_references.iter().flatten().map(|r| (r.kind.clone(), r.name.clone())).collect()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Status code of a GET through the proxy with the given Authorization header.
-fn proxy_status(port: u16, authorization: Option<&str>) -> u16 {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the proxy");
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-    write!(stream, "GET /api/v1/namespaces HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response.split_whitespace().nth(1).and_then(|code| code.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test]
@@ -169,7 +153,7 @@ async fn deleting_the_cr_garbage_collects_its_owned_children() {
 #[tokio::test]
 async fn proxy_rejects_made_up_and_expired_credentials_on_the_chosen_port() {
     let (client, ns, api) = setup("proxy-auth").await;
-    let port = free_port();
+    let port = support::free_port();
     let _operator = OperatorConfig::new(&watches(), &ns.name).arg(format!("--proxy-port={port}")).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({"leakToken": true})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
@@ -183,12 +167,15 @@ async fn proxy_rejects_made_up_and_expired_credentials_on_the_chosen_port() {
     );
     let token = &leaked["token"];
     assert_eq!(
-        proxy_status(port, Some(&format!("Bearer {token}"))),
-        401,
+        support::http_get(port, "/api/v1/namespaces", Some(&format!("Bearer {token}"))).map(|(code, _)| code),
+        Some(401),
         "a finished run's token is revoked"
     );
-    assert_eq!(proxy_status(port, Some("Bearer made-up")), 401);
-    assert_eq!(proxy_status(port, None), 401);
+    assert_eq!(
+        support::http_get(port, "/api/v1/namespaces", Some("Bearer made-up")).map(|(code, _)| code),
+        Some(401)
+    );
+    assert_eq!(support::http_get(port, "/api/v1/namespaces", None).map(|(code, _)| code), Some(401));
 }
 
 #[tokio::test]

@@ -8,24 +8,16 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::operator::{OperatorConfig, scratch_dir};
 
 const WAIT: Duration = Duration::from_secs(90);
-
-async fn install_sample_crds(client: &kube::Client) {
-    for file in ["cache.example.com_memcacheds.yaml", "etcd.example.com_etcdbackups.yaml"] {
-        let text = std::fs::read_to_string(support::repo().join("deploy/crds").join(file)).expect("read CRD");
-        let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");
-        support::install_crd(client, &crd).await;
-    }
-}
 
 #[tokio::test]
 async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sample-memcached").await;
-    install_sample_crds(&client).await;
+    support::install_sample_crds(&client).await;
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
     let api = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
 
@@ -67,7 +59,7 @@ async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
 async fn etcd_backup_snapshots_the_real_etcd_and_records_path_and_size() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sample-etcdbackup").await;
-    install_sample_crds(&client).await;
+    support::install_sample_crds(&client).await;
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
     let api = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
     let backup_dir = scratch_dir(&format!("{}-backups", ns.name));

@@ -45,6 +45,18 @@ fn zap_level(level: &str) -> &'static str {
     }
 }
 
+/// An error and its sources on one line (`a: b: c`), each source once.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::zap_level;

@@ -163,14 +163,7 @@ impl Visit for Fields {
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn StdError + 'static)) {
-        let mut chain = value.to_string();
-        let mut source = value.source();
-        while let Some(error) = source {
-            chain.push_str(": ");
-            chain.push_str(&error.to_string());
-            source = error.source();
-        }
-        self.insert(field.name(), Value::from(chain));
+        self.insert(field.name(), Value::from(super::error_chain(value)));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {

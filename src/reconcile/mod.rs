@@ -18,6 +18,7 @@ use tracing::Instrument;
 
 use crate::go_duration;
 use crate::kubeapi::{self, with_timeout};
+use crate::logging::error_chain;
 use crate::metrics::{Metrics, ReconcileOutcome};
 use crate::outcome::Outcome;
 use crate::proxy::Proxy;
@@ -468,16 +469,4 @@ fn new_ident() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     (hasher.finish() >> 1).to_string()
-}
-
-/// An error and its sources on one line, each source once.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -258,3 +258,38 @@ where
     })
     .await
 }
+
+/// A watches.yaml entry for `<group>/v1alpha1 <kind>` running a fixture playbook.
+pub fn playbook_watch(group: &str, kind: &str, playbook: &str) -> String {
+    format!(
+        "- version: v1alpha1\n  group: {group}\n  kind: {kind}\n  playbook: {{fixtures}}/playbooks/{playbook}\n"
+    )
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Status code and body of a plain HTTP GET to 127.0.0.1:`port``path`, with an optional
+/// Authorization header; `None` while nothing answers.
+pub fn http_get(port: u16, path: &str, authorization: Option<&str>) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default();
+    Some((code, body))
+}
+
+/// Installs the sample operator's CRDs from `deploy/crds/`.
+pub async fn install_sample_crds(client: &Client) {
+    for file in ["cache.example.com_memcacheds.yaml", "etcd.example.com_etcdbackups.yaml"] {
+        let text = std::fs::read_to_string(repo().join("deploy/crds").join(file)).expect("read CRD");
+        let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");
+        install_crd(client, &crd).await;
+    }
+}

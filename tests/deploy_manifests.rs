@@ -1,0 +1,429 @@
+//! The manifests under `deploy/` against the real local API server: server-side dry runs of the
+//! kustomization, of every manifest file and of the samples; the RBAC applied for real and checked
+//! with `kubectl auth can-i`; and the sample operator run as the ServiceAccount it grants.
+//! Also a static check of the `Dockerfile` (no Docker engine runs here to build it).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use kube::api::DeleteParams;
+use serde_json::{Value, json};
+use support::operator::{OperatorConfig, scratch_dir};
+
+/// The operator's namespace and ServiceAccount, as in deploy/.
+const OPERATOR_NAMESPACE: &str = "ansible-operator-system";
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:ansible-operator-system:ansible-operator";
+/// The groups the API server gives the ServiceAccount's token.
+const SERVICE_ACCOUNT_GROUPS: [&str; 3] =
+    ["system:serviceaccounts", "system:serviceaccounts:ansible-operator-system", "system:authenticated"];
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Tests that create or delete the operator namespace or the RBAC for real take turns.
+static CLUSTER_OBJECTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn deploy() -> PathBuf {
+    support::repo().join("deploy")
+}
+
+/// kubectl against the test cluster.
+fn kubectl<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(support::repo().join(".local/bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig())
+        .args(args)
+        .output()
+        .expect("run kubectl")
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs kubectl, fails the test unless it succeeds, and returns its stdout.
+fn kubectl_ok<I, S>(what: &str, args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let output = kubectl(args);
+    assert!(output.status.success(), "{what} failed: {}", describe(&output));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// Manifest files applied for real, deleted again (in reverse order, waiting) when dropped.
+/// A file whose object existed before is left alone, so a real installation survives the tests.
+#[derive(Default)]
+struct RealObjects {
+    created: Vec<PathBuf>,
+}
+
+impl RealObjects {
+    /// Applies each single-object manifest file whose object does not exist yet.
+    fn apply(mut self, files: &[PathBuf]) -> Self {
+        for file in files {
+            let existing = kubectl_ok(
+                "kubectl get",
+                [
+                    "get".as_ref(),
+                    "--ignore-not-found".as_ref(),
+                    "-o".as_ref(),
+                    "name".as_ref(),
+                    "-f".as_ref(),
+                    file.as_os_str(),
+                ],
+            );
+            if existing.trim().is_empty() {
+                kubectl_ok("kubectl apply", ["apply".as_ref(), "-f".as_ref(), file.as_os_str()]);
+                self.created.push(file.clone());
+            }
+        }
+        self
+    }
+}
+
+impl Drop for RealObjects {
+    fn drop(&mut self) {
+        for file in self.created.iter().rev() {
+            let _ =
+                kubectl(["delete".as_ref(), "--ignore-not-found".as_ref(), "-f".as_ref(), file.as_os_str()]);
+        }
+    }
+}
+
+/// The operator's Namespace, so that namespaced objects in it can be dry-run.
+fn operator_namespace() -> RealObjects {
+    RealObjects::default().apply(&[deploy().join("namespace.yaml")])
+}
+
+/// The Namespace, the ServiceAccount and the RBAC, in dependency order.
+fn operator_rbac() -> RealObjects {
+    let rbac = deploy().join("rbac");
+    let files = [
+        deploy().join("namespace.yaml"),
+        rbac.join("service_account.yaml"),
+        rbac.join("role.yaml"),
+        rbac.join("role_binding.yaml"),
+        rbac.join("leader_election_role.yaml"),
+        rbac.join("leader_election_role_binding.yaml"),
+    ];
+    RealObjects::default().apply(&files)
+}
+
+/// Every YAML file below `dir`, sorted, except kustomization files.
+fn manifest_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read deploy dir") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            files.extend(manifest_files(&path));
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+            && path.file_name().is_some_and(|n| n != "kustomization.yaml")
+        {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_security_standard() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _namespace = operator_namespace();
+
+    let output =
+        kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), deploy().as_os_str()]);
+    assert!(output.status.success(), "kubectl apply --dry-run=server -k deploy/: {}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for object in [
+        "namespace/ansible-operator-system",
+        "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
+        "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
+        "serviceaccount/ansible-operator",
+        "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
+        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+        "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
+        "rolebinding.rbac.authorization.k8s.io/ansible-operator-leader-election",
+        "deployment.apps/ansible-operator-controller-manager",
+    ] {
+        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
+    }
+    assert!(!stdout.contains("memcached-sample"), "the samples are not part of the kustomization");
+    // The namespace carries pod-security.kubernetes.io/warn=restricted: a violation would be a warning.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("Warning"), "the dry run warned: {}", describe(&output));
+}
+
+#[tokio::test]
+async fn every_manifest_file_under_deploy_passes_server_side_dry_run_on_its_own() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let client = support::client().await;
+    support::install_sample_crds(&client).await;
+    let _namespace = operator_namespace();
+
+    let files = manifest_files(&deploy());
+    assert!(files.len() >= 10, "found only {files:?}");
+    for file in &files {
+        let output =
+            kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-f".as_ref(), file.as_os_str()]);
+        assert!(output.status.success(), "dry run of {}: {}", file.display(), describe(&output));
+    }
+}
+
+#[tokio::test]
+async fn samples_pass_server_side_dry_run_once_the_sample_crds_are_installed() {
+    let client = support::client().await;
+    support::install_sample_crds(&client).await;
+
+    let samples = deploy().join("samples");
+    let stdout = kubectl_ok(
+        "kubectl apply --dry-run=server -f deploy/samples/",
+        ["apply".as_ref(), "--dry-run=server".as_ref(), "-f".as_ref(), samples.as_os_str()],
+    );
+    assert!(stdout.contains("memcached.cache.example.com/memcached-sample"), "{stdout}");
+    assert!(stdout.contains("etcdbackup.etcd.example.com/etcdbackup-sample"), "{stdout}");
+}
+
+/// Whether the operator's ServiceAccount may `verb` the `resource` (`kubectl auth can-i` syntax,
+/// plus `/<subresource>`) in `namespace`, or in all namespaces.
+fn service_account_can(verb: &str, resource: &str, namespace: Option<&str>) -> bool {
+    let mut args = vec!["auth".to_string(), "can-i".into(), verb.into()];
+    match resource.split_once('/') {
+        Some((resource, subresource)) => {
+            args.extend([resource.into(), format!("--subresource={subresource}")])
+        }
+        None => args.push(resource.into()),
+    }
+    args.push(format!("--as={SERVICE_ACCOUNT}"));
+    args.extend(SERVICE_ACCOUNT_GROUPS.iter().map(|g| format!("--as-group={g}")));
+    match namespace {
+        Some(namespace) => args.extend(["-n".to_string(), namespace.to_string()]),
+        None => args.push("--all-namespaces".into()),
+    }
+    let output = kubectl(&args);
+    match output.status.code() {
+        Some(0) => true,
+        Some(1) if String::from_utf8_lossy(&output.stdout).trim() == "no" => false,
+        _ => panic!("kubectl {}: {}", args.join(" "), describe(&output)),
+    }
+}
+
+#[tokio::test]
+async fn operator_service_account_may_do_exactly_what_the_samples_need() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _rbac = operator_rbac();
+    support::install_sample_crds(&support::client().await).await;
+
+    let k8s_module_verbs = ["get", "list", "watch", "create", "update", "patch", "delete"];
+    let mut allowed: Vec<(&str, &str, Option<&str>)> = Vec::new();
+    for cr in ["memcacheds.cache.example.com", "etcdbackups.etcd.example.com"] {
+        for verb in ["get", "update", "patch"] {
+            allowed.push((verb, cr, Some("default")));
+        }
+        for verb in ["list", "watch"] {
+            allowed.push((verb, cr, None));
+        }
+    }
+    for status in ["memcacheds.cache.example.com/status", "etcdbackups.etcd.example.com/status"] {
+        for verb in ["get", "update", "patch"] {
+            allowed.push((verb, status, Some("default")));
+        }
+    }
+    allowed.push(("update", "memcacheds.cache.example.com/finalizers", Some("default")));
+    allowed.push(("update", "etcdbackups.etcd.example.com/finalizers", Some("default")));
+    for child in ["configmaps", "deployments.apps"] {
+        for verb in k8s_module_verbs {
+            allowed.push((verb, child, Some("some-app")));
+        }
+        allowed.push(("watch", child, None));
+    }
+    for events in ["events", "events.events.k8s.io"] {
+        allowed.push(("create", events, Some("some-app")));
+        allowed.push(("patch", events, Some("some-app")));
+    }
+    for verb in k8s_module_verbs {
+        allowed.push((verb, "leases.coordination.k8s.io", Some(OPERATOR_NAMESPACE)));
+    }
+
+    let denied = [
+        ("create", "memcacheds.cache.example.com", Some("default")),
+        ("delete", "etcdbackups.etcd.example.com", Some("default")),
+        ("get", "secrets", Some("default")),
+        ("list", "secrets", None),
+        ("create", "pods", Some("default")),
+        ("list", "pods", None),
+        ("get", "services", Some("default")),
+        ("create", "statefulsets.apps", Some("default")),
+        ("get", "events", Some("default")),
+        ("delete", "events", Some("default")),
+        ("get", "leases.coordination.k8s.io", Some("default")),
+        ("list", "namespaces", None),
+        ("create", "clusterroles.rbac.authorization.k8s.io", None),
+    ];
+
+    let wrong: Vec<String> = allowed
+        .iter()
+        .filter(|(verb, resource, namespace)| !service_account_can(verb, resource, *namespace))
+        .map(|(verb, resource, namespace)| format!("denied {verb} {resource} in {namespace:?}"))
+        .chain(
+            denied
+                .iter()
+                .filter(|(verb, resource, namespace)| service_account_can(verb, resource, *namespace))
+                .map(|(verb, resource, namespace)| format!("allowed {verb} {resource} in {namespace:?}")),
+        )
+        .collect();
+    assert!(wrong.is_empty(), "the ServiceAccount's permissions differ from the samples' needs: {wrong:#?}");
+}
+
+/// The admin kubeconfig, impersonating the operator's ServiceAccount (as its token would).
+fn service_account_kubeconfig(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(support::kubeconfig()).expect("read kubeconfig");
+    let mut config: Value = serde_saphyr::from_str(&text).expect("kubeconfig is YAML");
+    for user in config["users"].as_array_mut().expect("kubeconfig has users") {
+        user["user"]["as"] = json!(SERVICE_ACCOUNT);
+        user["user"]["as-groups"] = json!(SERVICE_ACCOUNT_GROUPS);
+    }
+    let path = dir.join("service-account.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).expect("write kubeconfig");
+    path
+}
+
+/// Dropped after the operator stops and before the test namespace goes: removes the finalizers a
+/// failed test left on the sample CRs (nothing would run them any more, and the namespace would
+/// hang in Terminating) and the impersonating kubeconfig (it holds the admin's client key).
+struct AfterOperator {
+    namespace: String,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for AfterOperator {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        let patch = r#"{"metadata":{"finalizers":null}}"#;
+        for object in ["memcached.cache.example.com/cache", "etcdbackup.etcd.example.com/nightly"] {
+            let _ = kubectl(["-n", &self.namespace, "patch", object, "--type=merge", "-p", patch]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissions() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _rbac = operator_rbac();
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "deploy-rbac").await;
+    support::install_sample_crds(&client).await;
+
+    let dir = scratch_dir(&format!("{}-identity", ns.name));
+    let kubeconfig = service_account_kubeconfig(&dir);
+    let _after_operator = AfterOperator { namespace: ns.name.clone(), kubeconfig: kubeconfig.clone() };
+    let who = kubectl_ok(
+        "kubectl auth whoami",
+        ["--kubeconfig".as_ref(), kubeconfig.as_os_str(), "auth".as_ref(), "whoami".as_ref()],
+    );
+    assert!(who.contains(SERVICE_ACCOUNT), "the kubeconfig acts as the ServiceAccount: {who}");
+
+    let operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
+        .env("KUBECONFIG", kubeconfig.display().to_string())
+        .start();
+    let memcacheds = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
+    let backups = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
+    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
+    let endpoint =
+        format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
+
+    support::create_cr(&memcacheds, "cache.example.com", "Memcached", "cache", json!({"size": 1})).await;
+    let spec = json!({"endpoint": endpoint, "backupDir": backup_dir.display().to_string()});
+    support::create_cr(&backups, "etcd.example.com", "EtcdBackup", "nightly", spec).await;
+    let memcached = support::wait_for_condition(&memcacheds, "cache", "Successful", "True", WAIT).await;
+    assert_eq!(memcached.data["status"]["deployment"], "cache-memcached", "k8s_status wrote the status");
+    let backup = support::wait_for_condition(&backups, "nightly", "Successful", "True", WAIT).await;
+    let snapshot =
+        backup.data["status"]["snapshot"]["path"].as_str().expect("status.snapshot.path").to_string();
+    assert!(Path::new(&snapshot).exists(), "{snapshot}");
+
+    memcacheds.delete("cache", &DeleteParams::default()).await.expect("delete Memcached");
+    backups.delete("nightly", &DeleteParams::default()).await.expect("delete EtcdBackup");
+    support::wait_for_absent(&memcacheds, "cache", WAIT).await;
+    support::wait_for_absent(&backups, "nightly", WAIT).await;
+    assert!(!Path::new(&snapshot).exists(), "the finalizer removed {snapshot}");
+    let log = operator.log();
+    assert!(!log.to_lowercase().contains("forbidden"), "the operator hit a permission error:\n{log}");
+}
+
+/// `COPY` sources (build context paths) of the Dockerfile, without `--from` copies.
+fn dockerfile_copy_sources(dockerfile: &str) -> Vec<String> {
+    let joined = dockerfile.replace("\\\n", " ");
+    let mut sources = Vec::new();
+    for line in joined.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix("COPY ") else { continue };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if words.iter().any(|w| w.starts_with("--from=")) {
+            continue;
+        }
+        let paths: Vec<&str> = words.into_iter().filter(|w| !w.starts_with("--")).collect();
+        sources.extend(paths[..paths.len() - 1].iter().map(|p| p.to_string()));
+    }
+    sources
+}
+
+#[test]
+fn dockerfile_copies_only_files_that_exist_and_pins_the_same_ansible_wheel_as_the_install_script() {
+    let dockerfile = std::fs::read_to_string(support::repo().join("Dockerfile")).expect("read Dockerfile");
+    let sources = dockerfile_copy_sources(&dockerfile);
+    for expected in
+        ["src", "hack/kube/", "hack/requirements-ansible.txt", "watches.yaml", "roles/", "playbooks/"]
+    {
+        assert!(sources.iter().any(|s| s == expected), "Dockerfile does not copy {expected}: {sources:?}");
+    }
+    for source in &sources {
+        assert!(support::repo().join(source).exists(), "COPY source {source} does not exist");
+    }
+
+    // Every COPY source is re-included by the allowlist in .dockerignore.
+    let ignore = std::fs::read_to_string(support::repo().join(".dockerignore")).expect("read .dockerignore");
+    let allowed: Vec<&str> =
+        ignore.lines().filter_map(|l| l.trim().strip_prefix('!')).map(|p| p.trim_end_matches('/')).collect();
+    for source in &sources {
+        let source = source.trim_end_matches('/');
+        assert!(
+            allowed.iter().any(|a| source == *a || source.starts_with(&format!("{a}/"))),
+            ".dockerignore leaves {source} out of the build context"
+        );
+    }
+
+    let script =
+        std::fs::read_to_string(support::repo().join("hack/install-ansible.sh")).expect("read script");
+    for variable in ["ANSIBLE_BUNDLE_VERSION", "ANSIBLE_BUNDLE_SHA256"] {
+        let value = |text: &str, prefix: &str| {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(prefix))
+                .map(|v| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("{prefix} not found"))
+        };
+        assert_eq!(
+            value(&dockerfile, &format!("ARG {variable}=")),
+            value(&script, &format!("{variable}=")),
+            "{variable} differs between Dockerfile and hack/install-ansible.sh"
+        );
+    }
+    assert!(
+        dockerfile.contains(
+            r#"ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]"#
+        ),
+        "upstream's entrypoint"
+    );
+}
