@@ -12,18 +12,21 @@ use support::operator::OperatorConfig;
 const GROUP: &str = "ops.test.example.com";
 const WAIT: Duration = Duration::from_secs(90);
 
-/// PIDs of the ansible-runner processes working in `runner_dir`.
-fn runner_processes(runner_dir: &Path) -> Vec<u32> {
-    let needle = runner_dir.display().to_string();
+/// PIDs of the ansible-runner processes the operator `parent` started. Only its direct children
+/// count: a child ansible-runner forks carries the same command line until it execs.
+fn runner_processes(parent: u32) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            cmdline.contains("ansible-runner") && cmdline.contains(&needle)
+            ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains("ansible-runner")
         })
         .collect()
 }
@@ -99,11 +102,10 @@ async fn the_global_run_budget_holds_under_a_burst() {
     for i in 0..6 {
         support::create_cr(&api, GROUP, "Burst", &format!("b{i}"), json!({"seconds": 2})).await;
     }
-    let runner_dir = operator.dir.join("runner");
     let mut peak = 0;
     let deadline = Instant::now() + WAIT;
     loop {
-        peak = peak.max(runner_processes(&runner_dir).len());
+        peak = peak.max(runner_processes(operator.pid()).len());
         let list = api.list(&Default::default()).await.unwrap();
         let done = list
             .items

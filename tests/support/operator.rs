@@ -79,6 +79,11 @@ impl<'a> OperatorConfig<'a> {
 }
 
 impl Operator {
+    /// The operator's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Path of the operator's combined stdout and stderr.
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("operator.log")
