@@ -8,6 +8,8 @@ LOCAL_KUBECONFIG := $(REPO)/.local/cluster/kubeconfig
 export PATH := $(REPO)/.venv/bin:$(REPO)/.local/bin:$(HOME)/.cargo/bin:$(PATH)
 export VIRTUAL_ENV := $(REPO)/.venv
 WATCHES ?= $(REPO)/watches.yaml
+# One build cache for every clone on this machine: a fresh clone (CI) rebuilds only this crate.
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/ansible-operator/cargo-target
 
 .PHONY: help install install-kube install-ansible cluster-up cluster-down cluster-status build lint \
 	test test-rust test-collection run
@@ -34,6 +36,7 @@ cluster-status: ## Show what of the local control plane runs
 
 build: ## Build the operator
 	cargo build --bin ansible-operator
+	mkdir -p $(REPO)/.local/bin && ln -sfn $(CARGO_TARGET_DIR)/debug/ansible-operator $(REPO)/.local/bin/ansible-operator
 
 lint: ## rustfmt and clippy, warnings are errors
 	cargo fmt --check
@@ -48,7 +51,7 @@ test: install lint ## Everything: unit and integration tests against the real co
 	exit $$status
 
 test-rust: ## Rust unit and integration tests (uses KUBECONFIG, or starts the local cluster)
-	cargo test --all-targets
+	cargo test --all-targets --no-fail-fast
 
 test-collection: ## The operator_sdk.util collection's tests (needs KUBECONFIG)
 	.venv/bin/python -m pytest tests/collection -q
@@ -56,4 +59,4 @@ test-collection: ## The operator_sdk.util collection's tests (needs KUBECONFIG)
 run: install build ## Run the operator on watches.yaml against the local control plane
 	hack/local-cluster.sh up
 	KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl apply -f deploy/crds/
-	KUBECONFIG=$(LOCAL_KUBECONFIG) target/debug/ansible-operator run --watches-file=$(WATCHES)
+	KUBECONFIG=$(LOCAL_KUBECONFIG) ansible-operator run --watches-file=$(WATCHES)
