@@ -36,7 +36,8 @@ impl Run {
         let stderr = dir.join("stderr.log");
         let mut command = command(&dir);
         command
-            .args(["run", "--watches-file=watches.yaml", "--proxy-port=0"])
+            .args(["run", "--watches-file=watches.yaml", "--proxy-port=0", "--metrics-bind-address=0"])
+            .args(["--health-probe-bind-address=0", "--user-metrics-bind-address=0"])
             .arg(format!("--runner-dir={}", dir.join("runner").display()))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap());
@@ -172,12 +173,12 @@ async fn unknown_key_is_named_in_a_warning_and_the_operator_keeps_running() {
         async move {
             let lines: Vec<Value> =
                 stderr.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
-            let watching = lines.iter().any(|l| l["message"] == "watching");
-            let warning = lines.iter().find(|l| {
-                l["level"] == "WARN" && l["message"].as_str().is_some_and(|m| m.contains("colour"))
-            });
+            let watching = lines.iter().any(|l| l["msg"] == "watching");
+            let warning = lines
+                .iter()
+                .find(|l| l["level"] == "warn" && l["msg"].as_str().is_some_and(|m| m.contains("colour")));
             Ok(match (warning, watching) {
-                (Some(warning), true) => Ok(warning["message"].as_str().unwrap_or_default().to_string()),
+                (Some(warning), true) => Ok(warning["msg"].as_str().unwrap_or_default().to_string()),
                 _ => Err(stderr),
             })
         }
