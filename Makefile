@@ -12,7 +12,7 @@ WATCHES ?= $(REPO)/watches.yaml
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/ansible-operator/cargo-target
 
 .PHONY: help install install-kube install-ansible cluster-up cluster-down cluster-status build lint \
-	test test-rust test-collection run
+	test test-rust test-collection run bench
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -60,3 +60,7 @@ run: install build ## Run the operator on watches.yaml against the local control
 	hack/local-cluster.sh up
 	KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl apply -f deploy/crds/
 	KUBECONFIG=$(LOCAL_KUBECONFIG) ansible-operator run --watches-file=$(WATCHES)
+
+bench: install ## Benchmark on the local control plane (bench/README.md); e.g. BENCH_ARGS="--burst 300"
+	hack/local-cluster.sh up
+	cd bench && KUBECONFIG=$(LOCAL_KUBECONFIG) CARGO_TARGET_DIR=$(REPO)/bench/target cargo run --release -- $(BENCH_ARGS)

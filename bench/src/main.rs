@@ -1,0 +1,301 @@
+//! `ansible-operator` benchmark against the local control plane and the real Ansible toolchain.
+//!
+//! Scenarios: (1) the floor, a bare `ansible-runner run`; (2) single-CR latency through the
+//! operator; (3) bursts of CRs at several `--max-concurrent-reconciles`; (4) 1,000 CRs at rest and
+//! after a restart; (5) optionally all of 2–4 again with a baseline binary, alternating. Timing
+//! comes from a watch with client-side timestamps; memory and CPU from `/proc`. Prints a Markdown
+//! report and writes it, with every raw sample, to `bench/results/<time>/`.
+
+mod cluster;
+mod operator;
+mod phases;
+mod procfs;
+mod report;
+mod scenarios;
+mod stats;
+mod watch;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+
+use operator::Flavor;
+use scenarios::{Ctx, ScaleRunner};
+
+/// Unix time in seconds (this machine's clock, shared with file mtimes and ansible's event times).
+pub fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    Floor,
+    Single,
+    Burst,
+    Scale,
+}
+
+/// Benchmark of ansible-operator on the local control plane.
+#[derive(Debug, Parser)]
+#[command(name = "ansible-operator-bench")]
+struct Args {
+    /// Scenarios to run.
+    #[arg(long, value_delimiter = ',', default_value = "floor,single,burst,scale")]
+    only: Vec<Scenario>,
+    /// Measured runs for the floor and single-CR latency (each after one warm-up run).
+    #[arg(long, default_value_t = 10)]
+    runs: usize,
+    /// CRs created at once in the burst scenario (the 300 takes ~10 min on 2 cores).
+    #[arg(long, default_value_t = 60)]
+    burst: usize,
+    /// `--max-concurrent-reconciles` values for the burst scenario.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    burst_concurrency: Vec<usize>,
+    /// Playbook of the burst scenario (`debug`: one debug task; `k8s`: one kubernetes.core.k8s task).
+    #[arg(long, default_value = "debug")]
+    burst_playbook: String,
+    /// CRs in the scale-at-rest scenario.
+    #[arg(long, default_value_t = 1000)]
+    scale: usize,
+    /// Seconds the converged operator is watched at rest.
+    #[arg(long, default_value_t = 60)]
+    scale_idle: u64,
+    /// `--max-concurrent-reconciles` of the scale scenario.
+    #[arg(long, default_value_t = 4)]
+    scale_concurrency: usize,
+    /// `stub`: a stand-in ansible-runner that prints a successful run's events (measures the
+    /// runtime alone; 1,000 real runs take ~8 min on 2 cores); `real`: the real one.
+    #[arg(long, value_enum, default_value = "stub")]
+    scale_runner: ScaleRunner,
+    /// Operator binary to measure; default: `target/release/ansible-operator`, built first.
+    #[arg(long)]
+    operator_binary: Option<PathBuf>,
+    /// Extra flag for our operator (repeatable), e.g. `--operator-arg=--zap-log-level=debug`.
+    #[arg(long, allow_hyphen_values = true)]
+    operator_arg: Vec<String>,
+    /// Extra flag for the baseline operator (repeatable).
+    #[arg(long, allow_hyphen_values = true)]
+    baseline_arg: Vec<String>,
+    /// Another ansible-operator binary (for example upstream's) to run scenarios 2–4 with too.
+    #[arg(long)]
+    baseline_binary: Option<PathBuf>,
+    /// Python venv for the baseline (upstream needs ansible-runner's HTTP event plugin).
+    #[arg(long)]
+    baseline_venv: Option<PathBuf>,
+    /// Fixed proxy port for the baseline (upstream writes it into the playbooks' kubeconfig).
+    #[arg(long, default_value_t = 18888)]
+    baseline_proxy_port: u16,
+    /// Python venv with ansible-runner and kubernetes.core; default: `<repo>/.venv`.
+    #[arg(long)]
+    venv: Option<PathBuf>,
+    /// Kubeconfig of the cluster; default: `$KUBECONFIG`, else `<repo>/.local/cluster/kubeconfig`.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Keep the scratch directory (runner dirs with every run's artifacts) instead of deleting it.
+    #[arg(long)]
+    keep_work: bool,
+    /// Results directory; default: `bench/results/<UTC time>`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let began = Instant::now();
+    let bench = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let repo = bench.parent().context("bench/ has a parent")?.to_path_buf();
+    let venv = args.venv.clone().unwrap_or_else(|| repo.join(".venv"));
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .or_else(|| std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .unwrap_or_else(|| repo.join(".local/cluster/kubeconfig"));
+    if !venv.join("bin/ansible-runner").is_file() {
+        bail!("{} has no ansible-runner: run hack/install-ansible.sh", venv.display());
+    }
+    if !kubeconfig.is_file() {
+        bail!("no kubeconfig at {}: run hack/local-cluster.sh up", kubeconfig.display());
+    }
+    let (venv, kubeconfig) = (absolute(&venv)?, absolute(&kubeconfig)?);
+    let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
+    let out = args.out.clone().unwrap_or_else(|| bench.join("results").join(&stamp));
+    std::fs::create_dir_all(&out)?;
+    let work = std::env::temp_dir().join(format!("ao-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+
+    let binary = match &args.operator_binary {
+        Some(binary) => absolute(binary)?,
+        None => build_operator(&repo)?,
+    };
+    let ours = Flavor::new("ours", &binary, &venv, 0, args.operator_arg.clone());
+    let baseline = match &args.baseline_binary {
+        Some(binary) => {
+            let venv = match &args.baseline_venv {
+                Some(v) => absolute(v)?,
+                None => venv.clone(),
+            };
+            let binary = absolute(binary)?;
+            Some(Flavor::new("baseline", &binary, &venv, args.baseline_proxy_port, args.baseline_arg.clone()))
+        }
+        None => None,
+    };
+    let flavors: Vec<&Flavor> = std::iter::once(&ours).chain(baseline.as_ref()).collect();
+
+    let client = cluster::client(&kubeconfig).await?;
+    cluster::install_crd(&client).await?;
+    let machine = procfs::machine();
+    let load_start = procfs::loadavg();
+    eprintln!(
+        "bench: {} CPUs, load {:.2} {:.2} {:.2}; results in {}",
+        machine["cpus"],
+        load_start[0],
+        load_start[1],
+        load_start[2],
+        out.display()
+    );
+    let ctx = Ctx {
+        client,
+        kubeconfig,
+        repo: repo.clone(),
+        bench: bench.clone(),
+        work: work.clone(),
+        out: out.clone(),
+        venv,
+    };
+    let wants = |s: Scenario| args.only.contains(&s);
+    let playbooks = ["debug", "k8s"];
+
+    let mut results = json!({
+        "started": stamp,
+        "machine": machine,
+        "versions": versions(&repo, &ctx.venv, &flavors),
+        "settings": {
+            "runs": args.runs, "burst": args.burst, "burst_concurrency": args.burst_concurrency,
+            "burst_playbook": args.burst_playbook, "scale": args.scale, "scale_idle_seconds": args.scale_idle,
+            "scale_concurrency": args.scale_concurrency,
+            "scale_runner": format!("{:?}", args.scale_runner).to_lowercase(),
+            "ansible_verbosity": 2, "rotate_artifacts": 20,
+        },
+    });
+
+    if wants(Scenario::Floor) || wants(Scenario::Single) {
+        let mut floor = serde_json::Map::new();
+        let mut single = Vec::new();
+        let single_flavors: Vec<&Flavor> = if wants(Scenario::Single) { flavors.clone() } else { Vec::new() };
+        for playbook in playbooks {
+            let (f, s) =
+                scenarios::latency(&ctx, playbook, args.runs, wants(Scenario::Floor), &single_flavors).await;
+            if !f.is_null() {
+                floor.insert(playbook.into(), f);
+            }
+            single.extend(s);
+        }
+        if wants(Scenario::Floor) {
+            results["floor"] = Value::Object(floor);
+        }
+        if wants(Scenario::Single) {
+            results["single"] = Value::Array(single);
+        }
+    }
+    if wants(Scenario::Single) {
+        let mut breakdown = serde_json::Map::new();
+        for playbook in playbooks {
+            let ours = results["single"]
+                .as_array()
+                .and_then(|all| all.iter().find(|r| r["playbook"] == playbook && r["binary"] == "ours"))
+                .cloned()
+                .unwrap_or_default();
+            breakdown.insert(playbook.into(), scenarios::breakdown(&ours, &results["floor"][playbook]));
+        }
+        results["overhead_breakdown_ms"] = Value::Object(breakdown);
+    }
+    if wants(Scenario::Burst) {
+        let mut burst = Vec::new();
+        for concurrency in &args.burst_concurrency {
+            for flavor in &flavors {
+                burst.push(
+                    scenarios::burst(&ctx, flavor, &args.burst_playbook, args.burst, *concurrency).await,
+                );
+            }
+        }
+        results["burst"] = Value::Array(burst);
+    }
+    if wants(Scenario::Scale) {
+        let mut scale = Vec::new();
+        for flavor in &flavors {
+            if flavor.label == "baseline" && args.scale_runner == ScaleRunner::Stub {
+                scale.push(json!({"binary": "baseline", "skipped":
+                    "the stub runner prints events on stdout, which only our operator reads; use --scale-runner real"}));
+                continue;
+            }
+            let idle = Duration::from_secs(args.scale_idle);
+            scale.push(
+                scenarios::scale(&ctx, flavor, args.scale, args.scale_concurrency, idle, args.scale_runner)
+                    .await,
+            );
+        }
+        results["scale"] = Value::Array(scale);
+    }
+
+    results["load_end"] = json!(procfs::loadavg());
+    results["wall_seconds"] = json!(began.elapsed().as_secs_f64());
+    let markdown = report::markdown(&results);
+    std::fs::write(out.join("results.json"), serde_json::to_vec_pretty(&results)?)?;
+    std::fs::write(out.join("results.md"), &markdown)?;
+    if args.keep_work {
+        eprintln!("bench: kept the runner directories in {}", work.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    println!("{markdown}");
+    eprintln!("bench: wrote {} and results.md", out.join("results.json").display());
+    Ok(())
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    std::fs::canonicalize(path).with_context(|| format!("{} does not exist", path.display()))
+}
+
+/// `cargo build --release --bin ansible-operator` in the repository; returns the binary.
+fn build_operator(repo: &Path) -> anyhow::Result<PathBuf> {
+    eprintln!("bench: building target/release/ansible-operator");
+    let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(repo)
+        .args(["build", "--release", "--bin", "ansible-operator"])
+        .status()
+        .context("run cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release --bin ansible-operator failed ({status})");
+    }
+    Ok(repo.join("target/release/ansible-operator"))
+}
+
+fn versions(repo: &Path, venv: &Path, flavors: &[&Flavor]) -> Value {
+    let output = |program: &Path, args: &[&str], dir: &Path| {
+        std::process::Command::new(program)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let git = Path::new("git");
+    let dirty = !output(git, &["status", "--porcelain", "--untracked-files=no"], repo).is_empty();
+    let binaries: Value = flavors
+        .iter()
+        .map(|f| (f.label.to_string(), json!(f.binary.display().to_string())))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    json!({
+        "git": output(git, &["rev-parse", "--short", "HEAD"], repo),
+        "git_dirty": dirty,
+        "binaries": binaries,
+        "ansible_runner": output(&venv.join("bin/ansible-runner"), &["--version"], repo),
+        "ansible_core": output(&venv.join("bin/python3"), &["-c", "import ansible; print(ansible.__version__)"], repo),
+    })
+}

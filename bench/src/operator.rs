@@ -1,0 +1,201 @@
+//! An `ansible-operator` binary run as a subprocess, scoped to one namespace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::cluster::{GROUP, KIND, VERSION};
+use crate::now;
+
+/// Which operator binary, and how it is run.
+#[derive(Debug, Clone)]
+pub struct Flavor {
+    /// `ours` or `baseline`.
+    pub label: &'static str,
+    /// The binary.
+    pub binary: PathBuf,
+    /// The Python venv whose `bin/` goes first on `PATH` (ansible-runner, ansible-playbook).
+    pub venv: PathBuf,
+    /// Proxy port: 0 for ours (OS-chosen); upstream writes its flag value into the playbooks'
+    /// kubeconfig, so it needs a fixed free port.
+    pub proxy_port: u16,
+    /// Whether the binary takes `--runner-dir` (ours); without it, `/tmp/ansible-operator/runner`
+    /// (upstream's fixed location).
+    pub runner_dir_flag: bool,
+    /// The flags `run --help` lists.
+    pub flags: Vec<String>,
+    /// Further flags for every start (`--operator-arg` / `--baseline-arg`).
+    pub extra_args: Vec<String>,
+}
+
+impl Flavor {
+    /// A binary with its venv; the flags it knows come from `run --help`.
+    pub fn new(
+        label: &'static str,
+        binary: &Path,
+        venv: &Path,
+        proxy_port: u16,
+        extra_args: Vec<String>,
+    ) -> Self {
+        let flags = known_flags(binary);
+        Self {
+            label,
+            binary: binary.to_path_buf(),
+            venv: venv.to_path_buf(),
+            proxy_port,
+            runner_dir_flag: flags.iter().any(|f| f == "--runner-dir"),
+            flags,
+            extra_args,
+        }
+    }
+}
+
+/// The flags `<binary> run --help` lists.
+pub fn known_flags(binary: &Path) -> Vec<String> {
+    let Ok(output) = Command::new(binary).args(["run", "--help"]).output() else {
+        return Vec::new();
+    };
+    let text =
+        String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    let mut flags: Vec<String> = text
+        .split(|c: char| c.is_whitespace() || c == '=' || c == ',' || c == '[')
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()).to_string())
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+/// What to run.
+pub struct Launch<'a> {
+    /// Namespace to watch.
+    pub namespace: &'a str,
+    /// Playbook for the `Bench` kind.
+    pub playbook: &'a Path,
+    /// `--max-concurrent-reconciles`.
+    pub concurrency: usize,
+    /// Directory for watches.yaml, the runner dir and the log.
+    pub dir: &'a Path,
+    /// Directory put first on `PATH` (the stub ansible-runner), if any.
+    pub path_prefix: Option<&'a Path>,
+    /// Extra flags.
+    pub args: Vec<String>,
+}
+
+/// A running operator. Stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Operator {
+    child: Child,
+    /// Unix time just before the spawn.
+    pub started: f64,
+    /// The combined stdout/stderr log.
+    pub log: PathBuf,
+    /// Where the per-CR runner directories go.
+    pub runner_dir: PathBuf,
+}
+
+impl Operator {
+    /// Writes watches.yaml and starts the operator.
+    pub fn start(flavor: &Flavor, launch: &Launch, kubeconfig: &Path, repo: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(launch.dir)?;
+        let watches = launch.dir.join("watches.yaml");
+        std::fs::write(
+            &watches,
+            format!(
+                "- version: {VERSION}\n  group: {GROUP}\n  kind: {KIND}\n  playbook: {}\n",
+                launch.playbook.display()
+            ),
+        )?;
+        let runner_dir = if flavor.runner_dir_flag {
+            launch.dir.join("runner")
+        } else {
+            PathBuf::from("/tmp/ansible-operator/runner")
+        };
+        let log = launch.dir.join("operator.log");
+        let log_file = std::fs::File::create(&log)?;
+        let mut path = Vec::new();
+        if let Some(prefix) = launch.path_prefix {
+            path.push(prefix.to_path_buf());
+        }
+        path.push(flavor.venv.join("bin"));
+        path.push(repo.join(".local/bin"));
+        path.extend(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()));
+        let mut command = Command::new(&flavor.binary);
+        command
+            .current_dir(launch.dir)
+            .arg("run")
+            .arg(format!("--watches-file={}", watches.display()))
+            .arg(format!("--max-concurrent-reconciles={}", launch.concurrency))
+            .arg(format!("--proxy-port={}", flavor.proxy_port))
+            .args(&launch.args)
+            .args(&flavor.extra_args)
+            .env("PATH", std::env::join_paths(path)?)
+            .env("VIRTUAL_ENV", &flavor.venv)
+            .env("KUBECONFIG", kubeconfig)
+            .env("WATCH_NAMESPACE", launch.namespace)
+            .env_remove("ANSIBLE_INVENTORY")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        // Endpoints on fixed ports would collide with other operators on the machine: disable the
+        // ones this binary knows.
+        for flag in ["--health-probe-bind-address", "--metrics-bind-address", "--user-metrics-bind-address"] {
+            if flavor.flags.iter().any(|f| f == flag) {
+                command.arg(format!("{flag}=0"));
+            }
+        }
+        if flavor.runner_dir_flag {
+            command.arg(format!("--runner-dir={}", runner_dir.display()));
+        }
+        if !launch.args.iter().chain(&flavor.extra_args).any(|a| a.starts_with("--zap")) {
+            command.arg("--zap-log-level=info");
+        }
+        let started = now();
+        let child = command.spawn().with_context(|| format!("start {}", flavor.binary.display()))?;
+        Ok(Self { child, started, log, runner_dir })
+    }
+
+    /// The operator's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails when the operator has already exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect();
+            anyhow::bail!("the operator exited ({status}); log tail:\n{}", tail.join("\n"));
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL. Returns the seconds until it exited.
+    pub fn stop(&mut self, grace: Duration) -> f64 {
+        let start = Instant::now();
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        while start.elapsed() < grace {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return start.elapsed().as_secs_f64();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        start.elapsed().as_secs_f64()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop(Duration::from_secs(10));
+        }
+    }
+}
