@@ -185,17 +185,7 @@ fn blacklist(fields: &mut Fields, at: &EntryRef, unknown: &mut Vec<String>) -> R
     let mut blacklist = Vec::with_capacity(items.len());
     for (index, item) in items.into_iter().enumerate() {
         let prefix = format!("blacklist[{index}].");
-        let Value::Object(map) = item else {
-            let field = prefix.trim_end_matches('.').to_string();
-            return Err(Error::FieldType {
-                at: at.boxed(),
-                field,
-                expected: "a mapping",
-                found: describe(&item),
-            });
-        };
-        let (mut item_fields, extra) = Fields::split(map, &GVK_KEYS, &prefix);
-        unknown.extend(extra);
+        let mut item_fields = Fields::split_item(item, &GVK_KEYS, &prefix, at, unknown)?;
         blacklist.push(read_gvk(&mut item_fields).map_err(|e| e.at(at))?);
     }
     Ok(blacklist)

@@ -50,6 +50,29 @@ impl Fields {
         (Self { prefix: prefix.to_string(), values }, unknown)
     }
 
+    /// [`Fields::split`] for one item of a list of mappings (`blacklist[0]`, a selector
+    /// requirement): an item that is not a mapping is an error naming it; unknown keys are added
+    /// to `unknown`.
+    pub(super) fn split_item(
+        item: Value,
+        known: &[&'static str],
+        prefix: &str,
+        at: &EntryRef,
+        unknown: &mut Vec<String>,
+    ) -> Result<Self, Error> {
+        let Value::Object(map) = item else {
+            return Err(Error::FieldType {
+                at: at.boxed(),
+                field: prefix.trim_end_matches('.').to_string(),
+                expected: "a mapping",
+                found: describe(&item),
+            });
+        };
+        let (fields, extra) = Self::split(map, known, prefix);
+        unknown.extend(extra);
+        Ok(fields)
+    }
+
     /// The path of `key` inside the entry, for messages.
     pub(super) fn path(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)

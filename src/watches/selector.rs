@@ -59,17 +59,7 @@ fn requirement(
     at: &EntryRef,
     unknown: &mut Vec<String>,
 ) -> Result<LabelSelectorRequirement, Error> {
-    let Value::Object(map) = item else {
-        let field = prefix.trim_end_matches('.').to_string();
-        return Err(Error::FieldType {
-            at: at.boxed(),
-            field,
-            expected: "a mapping",
-            found: describe(&item),
-        });
-    };
-    let (mut fields, extra) = Fields::split(map, &["key", "operator", "values"], prefix);
-    unknown.extend(extra);
+    let mut fields = Fields::split_item(item, &["key", "operator", "values"], prefix, at, unknown)?;
     let key = fields.string("key").map_err(|e| e.at(at))?.unwrap_or_default();
     check_key(&key).map_err(|problem| invalid(at, &fields.path("key"), problem))?;
     let operator = fields.string("operator").map_err(|e| e.at(at))?.unwrap_or_default();
