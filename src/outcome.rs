@@ -1,8 +1,9 @@
 //! The outcome of one Ansible run: a pure fold of its job events (upstream §4.2, §6.3).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 use crate::go_duration;
 use crate::runner::event::JobEvent;
@@ -23,6 +24,19 @@ pub struct Stats {
     pub failures: i64,
     /// When the play ended, formatted as upstream (`2026-01-02T03:04:05.123456+00:00`).
     pub completion: String,
+}
+
+/// One host's counters from the `playbook_on_stats` event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostCounts {
+    /// Tasks that were ok (changed ones included, as Ansible counts).
+    pub ok: i64,
+    /// Tasks that changed something.
+    pub changed: i64,
+    /// Tasks that failed.
+    pub failed: i64,
+    /// Times the host could not be reached.
+    pub unreachable: i64,
 }
 
 /// A failed or unreachable task that makes the run fail.
@@ -49,13 +63,18 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
     /// A `requeue_after` result whose period could not be parsed.
     pub bad_requeue_period: Option<String>,
+    /// Counters per host, from the `playbook_on_stats` event.
+    pub hosts: BTreeMap<String, HostCounts>,
 }
 
 impl Outcome {
     /// Folds one event into the outcome.
     pub fn observe(&mut self, event: &JobEvent) {
         match event.event.as_str() {
-            "playbook_on_stats" => self.stats = Some(stats(event)),
+            "playbook_on_stats" => {
+                self.stats = Some(stats(event));
+                self.hosts = host_counts(event);
+            }
             "runner_on_failed" if counts_as_failure(event) => self.failures.push(failure(event, false)),
             "runner_on_unreachable" => self.failures.push(failure(event, true)),
             _ => {}
@@ -79,6 +98,27 @@ impl Outcome {
     pub fn failure_message(&self) -> String {
         self.failures.iter().map(Failure::describe).collect::<Vec<_>>().join("\n")
     }
+
+    /// `status.hosts`: each inventory host's counters and, when it failed, its last failure
+    /// (`task: message`). A host no play reached has zero counters.
+    pub fn host_results(&self, inventory_hosts: &[String]) -> Map<String, Value> {
+        inventory_hosts
+            .iter()
+            .map(|host| {
+                let counts = self.hosts.get(host).copied().unwrap_or_default();
+                let mut result = json!({
+                    "ok": counts.ok,
+                    "changed": counts.changed,
+                    "failed": counts.failed,
+                    "unreachable": counts.unreachable,
+                });
+                if let Some(failure) = self.failures.iter().rev().find(|f| &f.host == host) {
+                    result["lastFailure"] = Value::from(failure.per_host());
+                }
+                (host.clone(), result)
+            })
+            .collect()
+    }
 }
 
 impl Failure {
@@ -88,6 +128,16 @@ impl Failure {
             format!("host {} unreachable: {}", self.host, self.message)
         } else {
             self.message.clone()
+        }
+    }
+}
+
+impl Failure {
+    /// The failure as shown for its host: `task: message`.
+    pub fn per_host(&self) -> String {
+        match self.task.as_str() {
+            "" => self.message.clone(),
+            task => format!("{task}: {}", self.message),
         }
     }
 }
@@ -140,6 +190,24 @@ fn stats(event: &JobEvent) -> Stats {
         failures: total("failures"),
         completion: completion(&event.created),
     }
+}
+
+fn host_counts(event: &JobEvent) -> BTreeMap<String, HostCounts> {
+    let per_host = |key: &str| event.event_data.get(key).and_then(Value::as_object);
+    let count = |key: &str, host: &str| per_host(key).and_then(|m| m.get(host)).and_then(Value::as_i64);
+    let keys = ["ok", "changed", "failures", "dark"];
+    let hosts = keys.iter().filter_map(|key| per_host(key)).flat_map(|m| m.keys());
+    hosts
+        .map(|host| {
+            let counts = HostCounts {
+                ok: count("ok", host).unwrap_or(0),
+                changed: count("changed", host).unwrap_or(0),
+                failed: count("failures", host).unwrap_or(0),
+                unreachable: count("dark", host).unwrap_or(0),
+            };
+            (host.clone(), counts)
+        })
+        .collect()
 }
 
 /// Re-emits runner's `created` time as upstream does: fractional seconds without trailing zeros.
@@ -226,6 +294,26 @@ mod tests {
         ]);
         assert!(!outcome.succeeded());
         assert_eq!(outcome.failure_message(), "host node-1 unreachable: ssh: connect refused");
+    }
+
+    #[test]
+    fn host_results_cover_every_inventory_host_with_its_last_failure() {
+        let outcome = fold(&[
+            json!({"event": "runner_on_failed", "event_data": {"host": "b", "task": "install", "res": {"msg": "no space"}}}),
+            json!({"event": "runner_on_unreachable", "event_data": {"host": "c", "task": "ping", "res": {"msg": "Permission denied (publickey)."}}}),
+            json!({"event": "playbook_on_stats", "created": "", "event_data": {
+                "ok": {"a": 3, "b": 1, "localhost": 2}, "changed": {"a": 1}, "failures": {"b": 1}, "dark": {"c": 1}}}),
+        ]);
+        let hosts: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        assert_eq!(
+            Value::Object(outcome.host_results(&hosts)),
+            json!({
+                "a": {"ok": 3, "changed": 1, "failed": 0, "unreachable": 0},
+                "b": {"ok": 1, "changed": 0, "failed": 1, "unreachable": 0, "lastFailure": "install: no space"},
+                "c": {"ok": 0, "changed": 0, "failed": 0, "unreachable": 1, "lastFailure": "ping: Permission denied (publickey)."},
+                "d": {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0},
+            })
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::outcome::Outcome;
 use crate::proxy::Proxy;
 use crate::proxy::credentials::{Grant, Issued};
 use crate::proxy::owner::Owner;
+use crate::remote::{self, Remote};
 use crate::runner::{self, Inventory, RunSpec};
 use crate::status::{self, Transition};
 use crate::vars::{self, VarsInput};
@@ -33,6 +34,9 @@ use decide::{After, Before};
 
 /// How soon a CR that started terminating during a run is looked at again (as upstream).
 const FINALIZER_REQUEUE: Duration = Duration::from_secs(5);
+
+/// Reason of the `Failure` condition when the precheck fails.
+const PRECHECK_FAILED: &str = "PrecheckFailed";
 
 /// Upstream's status message when the run could not start.
 const UNABLE_TO_RUN: &str = "Unable to run reconciliation";
@@ -126,6 +130,21 @@ pub enum Error {
         key: String,
         /// What the runner printed.
         output: String,
+    },
+    /// The host setup (inventory, SSH key Secret) failed.
+    #[error("prepare the hosts of {key}")]
+    Remote {
+        /// namespace/name.
+        key: String,
+        /// Cause.
+        #[source]
+        source: remote::Error,
+    },
+    /// The precheck failed, so the main playbook did not run.
+    #[error("precheck failed for {key}")]
+    PrecheckFailed {
+        /// namespace/name.
+        key: String,
     },
     /// A task failed.
     #[error("event runner on failed for {key}")]
@@ -243,25 +262,49 @@ async fn reconcile_inner(
         }
     }
 
-    let mut spec = run_spec(ctx, &current, finalizing, ident);
-    let report = match proxy_credential(&ctx.proxy, ctx, &current, &mut spec) {
-        Ok((issued, kubeconfig)) => {
-            let in_flight = ctx.metrics.run_started();
-            let report = runner::run(&ctx.settings.runner, &spec).await;
-            drop(in_flight);
-            drop(issued);
-            let _ = std::fs::remove_file(kubeconfig);
-            report
+    let object_json = serde_json::to_value(&current).unwrap_or(Value::Null);
+    let remote =
+        match remote::prepare(&ctx.client, &watch.extensions, &object_json, current.namespace().as_deref())
+            .await
+        {
+            Ok(remote) => remote,
+            Err(source) => {
+                if watch.manage_status {
+                    let failed = Transition::Failed {
+                        reason: source.reason().into(),
+                        message: source.to_string(),
+                        stats: None,
+                    };
+                    status::write(&api, &name, &failed, generation).await?;
+                }
+                return Err(Error::Remote { key: key.into(), source });
+            }
+        };
+    let inventory_hosts =
+        remote.as_ref().and_then(|r| r.inventory.as_ref()).map(|(_, hosts)| hosts.as_slice());
+
+    if let (false, Some(precheck)) = (finalizing, &watch.extensions.precheck) {
+        let mut spec = run_spec(ctx, &current, &object_json, finalizing, new_ident(), remote.as_ref());
+        spec.target = precheck.clone();
+        let report = match run_ansible(ctx, &current, spec).await {
+            Ok(report) => report,
+            Err(source) => return Err(unable_to_run(&api, &name, generation, key, source).await),
+        };
+        if !report.outcome.succeeded() {
+            let message = precheck_message(&report);
+            if watch.manage_status {
+                let failed = Transition::Failed { reason: PRECHECK_FAILED.into(), message, stats: None };
+                let hosts = inventory_hosts.map(|hosts| report.outcome.host_results(hosts));
+                status::write_with_hosts(&api, &name, &failed, generation, hosts.as_ref()).await?;
+            }
+            return Err(Error::PrecheckFailed { key: key.into() });
         }
-        Err(source) => Err(runner::Error::WriteInput { dir: spec.dir.clone(), source }),
-    };
-    let report = match report {
+    }
+
+    let spec = run_spec(ctx, &current, &object_json, finalizing, ident, remote.as_ref());
+    let report = match run_ansible(ctx, &current, spec).await {
         Ok(report) => report,
-        Err(source) => {
-            let message = format!("{UNABLE_TO_RUN}: {}", error_chain(&source));
-            status::write(&api, &name, &Transition::failed(message, None), generation).await?;
-            return Err(Error::Runner { key: key.into(), source });
-        }
+        Err(source) => return Err(unable_to_run(&api, &name, generation, key, source).await),
     };
     let outcome = &report.outcome;
     let Some(stats) = outcome.stats.clone() else {
@@ -295,7 +338,8 @@ async fn reconcile_inner(
         } else {
             Transition::failed(outcome.failure_message(), Some(stats))
         };
-        status::write(&api, &name, &transition, generation).await?;
+        let hosts = inventory_hosts.map(|hosts| outcome.host_results(hosts));
+        status::write_with_hosts(&api, &name, &transition, generation, hosts.as_ref()).await?;
     }
     if !outcome.succeeded() {
         return Err(Error::TaskFailed { key: key.into() });
@@ -326,17 +370,23 @@ fn requeue(outcome: &Outcome, period: Duration) -> Next {
     }
 }
 
-fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: String) -> RunSpec {
+fn run_spec(
+    ctx: &Context,
+    object: &DynamicObject,
+    object_json: &Value,
+    finalizing: bool,
+    ident: String,
+    remote: Option<&Remote>,
+) -> RunSpec {
     let watch = &ctx.watch;
     let settings = &ctx.settings;
     let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
     let target = finalizer.and_then(|f| f.target.clone()).unwrap_or_else(|| watch.target.clone());
-    let object_json = serde_json::to_value(object).unwrap_or(Value::Null);
     if !object_json["spec"].is_object() {
         tracing::debug!("spec was not found for CR");
     }
     let extra_vars = vars::extra_vars(&VarsInput {
-        object: &object_json,
+        object: object_json,
         group: &watch.gvk.group,
         kind: &watch.gvk.kind,
         snake_case_parameters: watch.snake_case_parameters,
@@ -360,9 +410,61 @@ fn run_spec(ctx: &Context, object: &DynamicObject, finalizing: bool, ident: Stri
             .unwrap_or(watch.max_runner_artifacts),
         ident,
         ansible_args: settings.ansible_args.clone(),
-        inventory: settings.inventory.clone(),
+        inventory: match remote.and_then(|r| r.inventory.as_ref()) {
+            Some((text, _)) => Inventory::Rendered(text.clone()),
+            None => settings.inventory.clone(),
+        },
         role_skip_facts: settings.role_skip_facts,
+        ssh: remote.map(|r| r.ssh.clone()),
     }
+}
+
+/// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends.
+async fn run_ansible(
+    ctx: &Context,
+    object: &DynamicObject,
+    mut spec: RunSpec,
+) -> Result<runner::Report, runner::Error> {
+    let (issued, kubeconfig) = proxy_credential(&ctx.proxy, ctx, object, &mut spec)
+        .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
+    let in_flight = ctx.metrics.run_started();
+    let report = runner::run(&ctx.settings.runner, &spec).await;
+    drop(in_flight);
+    drop(issued);
+    let _ = std::fs::remove_file(kubeconfig);
+    report
+}
+
+/// Records that ansible-runner could not run (upstream's message) and returns the error.
+async fn unable_to_run(
+    api: &Api<DynamicObject>,
+    name: &str,
+    generation: Option<i64>,
+    key: &str,
+    source: runner::Error,
+) -> Error {
+    let message = format!("{UNABLE_TO_RUN}: {}", error_chain(&source));
+    if let Err(error) = status::write(api, name, &Transition::failed(message, None), generation).await {
+        return error.into();
+    }
+    Error::Runner { key: key.into(), source }
+}
+
+/// The `PrecheckFailed` message: each failing host and task, or why the precheck did not finish.
+fn precheck_message(report: &runner::Report) -> String {
+    let outcome = &report.outcome;
+    if outcome.stats.is_none() {
+        return format!("precheck did not finish: {}", report.error_text());
+    }
+    let lines: Vec<String> = outcome
+        .failures
+        .iter()
+        .map(|f| {
+            let what = if f.unreachable { "unreachable" } else { "failed" };
+            format!("precheck {what} on host {}: task {:?}: {}", f.host, f.task, f.message)
+        })
+        .collect();
+    lines.join("\n")
 }
 
 /// Issues the run's proxy credential and writes its kubeconfig (mode 0600) into the runner dir.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::ssh::Ssh;
 use crate::watches::Target;
 
 /// Everything one run of ansible-runner needs.
@@ -32,6 +33,8 @@ pub struct RunSpec {
     pub inventory: Inventory,
     /// Add `--role-skip-facts` in role mode (`ANSIBLE_GATHERING=explicit`).
     pub role_skip_facts: bool,
+    /// Key, known_hosts and host key policy for runs that reach hosts over SSH.
+    pub ssh: Option<Ssh>,
 }
 
 /// The runner's inventory.
@@ -44,6 +47,9 @@ pub enum Inventory {
     },
     /// `ANSIBLE_INVENTORY`: a file copied to `inventory/hosts`, or a directory copied into `inventory/`.
     Copy(PathBuf),
+    /// The watch's `inventory` template rendered from the CR, written to `inventory/hosts.yml`.
+    /// Localhost stays Ansible's implicit one (local connection, the runner's Python).
+    Rendered(String),
 }
 
 impl RunSpec {
@@ -63,7 +69,9 @@ impl RunSpec {
                 let mut roles_path = path.parent().map(OsString::from).unwrap_or_default();
                 roles_path.push("/");
                 argv.extend(["--role".into(), name, "--roles-path".into(), roles_path]);
-                argv.extend(["--hosts".into(), "localhost".into()]);
+                let hosts =
+                    if matches!(self.inventory, Inventory::Rendered(_)) { "all" } else { "localhost" };
+                argv.extend(["--hosts".into(), hosts.into()]);
             }
         }
         argv.extend(["-i".into(), self.ident.clone().into(), "-j".into()]);
@@ -122,6 +130,7 @@ pub fn write(spec: &RunSpec) -> io::Result<()> {
         Inventory::Copy(source) => {
             std::fs::copy(source, inventory.join("hosts"))?;
         }
+        Inventory::Rendered(text) => std::fs::write(inventory.join("hosts.yml"), text)?,
     }
     Ok(())
 }
@@ -179,6 +188,7 @@ mod tests {
             ansible_args: String::new(),
             inventory: Inventory::Localhost { python: None },
             role_skip_facts: true,
+            ssh: None,
         }
     }
 
@@ -229,6 +239,15 @@ mod tests {
                 "--role-skip-facts"
             ]
         );
+    }
+
+    #[test]
+    fn role_mode_with_a_rendered_inventory_runs_on_all_hosts() {
+        let mut spec = spec(Target::Role("/opt/ansible/roles/etcd".into()));
+        spec.inventory = Inventory::Rendered("etcd:\n  hosts:\n    a:\n".into());
+        let argv = strings(spec.argv());
+        let at = argv.iter().position(|a| a == "--hosts").unwrap();
+        assert_eq!(argv[at + 1], "all");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod event;
 pub mod input_dir;
 mod log_events;
 pub mod process;
+pub mod ssh;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -95,11 +96,24 @@ pub enum Error {
 /// Runs ansible-runner for one reconcile and follows it to the end. Dropping the future kills the
 /// whole process tree.
 pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
-    input_dir::write(spec).map_err(|source| Error::WriteInput { dir: spec.dir.clone(), source })?;
-    let env = spec.env_vars.iter().filter_map(|(key, value)| Some((key, value.as_str()?)));
+    let write_error = |source| Error::WriteInput { dir: spec.dir.clone(), source };
+    input_dir::write(spec).map_err(write_error)?;
+    let _forget_key = scopeguard(|| ssh::forget(&spec.dir, &spec.ident));
+    let mut ssh_env = Vec::new();
+    if let Some(ssh) = &spec.ssh {
+        ssh.write(&spec.dir, &spec.ident).map_err(write_error)?;
+        let inherited = std::env::var("ANSIBLE_SSH_ARGS").ok();
+        ssh_env = ssh.env(&spec.dir, &spec.ident, inherited.as_deref());
+    }
+    if matches!(spec.inventory, Inventory::Rendered(_)) {
+        // Without this, an inventory Ansible cannot read is a warning and the play runs on no host.
+        ssh_env.push(("ANSIBLE_INVENTORY_UNPARSED_FAILED".into(), "True".into()));
+    }
+    let env = spec.env_vars.iter().filter_map(|(key, value)| Some((key.as_str(), value.as_str()?)));
     let mut child = Command::new(&settings.program)
         .args(spec.argv())
         .envs(env)
+        .envs(ssh_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("PYTHONUNBUFFERED", "1")
         // Colour codes would end up in status messages and log fields.
         .env("ANSIBLE_NOCOLOR", "1")
@@ -144,6 +158,9 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
     tree.root_exited();
     drop(tree);
     logger.finish(&outcome);
+    if spec.ssh.is_some() {
+        ssh::finish(&spec.dir, &spec.ident).await;
+    }
 
     if let Err(error) = input_dir::link_latest(spec) {
         tracing::warn!(%error, "could not point artifacts/latest at this run");

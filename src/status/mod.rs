@@ -5,7 +5,7 @@
 pub mod conditions;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 pub use conditions::Transition;
 
@@ -58,6 +58,18 @@ pub async fn write(
     transition: &Transition,
     generation: Option<i64>,
 ) -> Result<Option<DynamicObject>, Error> {
+    write_with_hosts(api, name, transition, generation, None).await
+}
+
+/// [`write`], also replacing `status.hosts` (per-host results of a run over an inventory) when
+/// `hosts` is given: hosts no longer in the inventory are dropped.
+pub async fn write_with_hosts(
+    api: &Api<DynamicObject>,
+    name: &str,
+    transition: &Transition,
+    generation: Option<i64>,
+    hosts: Option<&Map<String, Value>>,
+) -> Result<Option<DynamicObject>, Error> {
     for _ in 0..ATTEMPTS {
         let current = match with_timeout(api.get_opt(name)).await {
             Ok(Some(object)) => object,
@@ -68,12 +80,17 @@ pub async fn write(
         };
         let existing = current.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
         let next = conditions::next(&existing, transition, &now(), generation);
-        if next == existing {
+        let hosts_patch = hosts.and_then(|hosts| hosts_patch(&current.data["status"]["hosts"], hosts));
+        if next == existing && hosts_patch.is_none() {
             return Ok(Some(current));
+        }
+        let mut status = json!({"conditions": next});
+        if let Some(hosts) = hosts_patch {
+            status["hosts"] = hosts;
         }
         let patch = json!({
             "metadata": {"resourceVersion": current.metadata.resource_version},
-            "status": {"conditions": next},
+            "status": status,
         });
         match with_timeout(api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
             Ok(written) => return Ok(Some(written)),
@@ -93,6 +110,30 @@ pub async fn write(
     Err(Error::Conflict { name: name.to_string() })
 }
 
+/// The merge patch turning `existing` into `wanted` (hosts, and keys of a host's result, that are
+/// gone set to null), or `None` when they are equal.
+fn hosts_patch(existing: &Value, wanted: &Map<String, Value>) -> Option<Value> {
+    let existing = existing.as_object().cloned().unwrap_or_default();
+    if &existing == wanted {
+        return None;
+    }
+    let mut patch = wanted.clone();
+    for (host, old) in &existing {
+        match patch.get_mut(host) {
+            None => {
+                patch.insert(host.clone(), Value::Null);
+            }
+            Some(Value::Object(new)) => {
+                for key in old.as_object().into_iter().flat_map(|old| old.keys()) {
+                    new.entry(key.clone()).or_insert(Value::Null);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    Some(Value::Object(patch))
+}
+
 /// The current time as a Kubernetes condition timestamp (RFC 3339, seconds, UTC).
 pub fn now() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
@@ -101,4 +142,19 @@ pub fn now() -> String {
 /// The conditions of an object, for callers that inspect them.
 pub fn conditions_of(object: &DynamicObject) -> &[Value] {
     object.data["status"]["conditions"].as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_patch_drops_hosts_no_longer_in_the_inventory() {
+        let wanted = json!({"a": {"ok": 1}, "c": {"ok": 2}});
+        let existing = json!({"a": {"ok": 1, "lastFailure": "x"}, "b": {"ok": 1}});
+        let patch = hosts_patch(&existing, wanted.as_object().unwrap());
+        assert_eq!(patch, Some(json!({"a": {"ok": 1, "lastFailure": null}, "b": null, "c": {"ok": 2}})));
+        assert_eq!(hosts_patch(&wanted, wanted.as_object().unwrap()), None);
+        assert_eq!(hosts_patch(&Value::Null, wanted.as_object().unwrap()), Some(wanted.clone()));
+    }
 }

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use super::error::{EntryRef, Error};
 use super::fields::{Fields, describe};
 use super::paths::{self, Unresolved};
-use super::{Defaults, Environment, Extensions, Finalizer, Gvk, Target, Watch, overrides, selector};
+use super::{Defaults, Environment, Finalizer, Gvk, Target, Watch, extensions, overrides, selector};
 use crate::go_duration;
 
 /// Upstream's keys: the Go field names, which `encoding/json` matches case-insensitively.
@@ -31,9 +31,6 @@ const UPSTREAM_KEYS: [&str; 17] = [
     "selector",
 ];
 
-/// Keys this project adds; kept raw in [`Extensions`].
-const EXTENSION_KEYS: [&str; 4] = ["inventory", "sshKeySecret", "hostKeyChecking", "precheck"];
-
 const FINALIZER_KEYS: [&str; 4] = ["name", "playbook", "role", "vars"];
 const GVK_KEYS: [&str; 3] = ["group", "version", "kind"];
 
@@ -54,7 +51,7 @@ pub(super) fn read(file: &Path, number: usize, value: Value) -> Result<Entry, Er
     let Value::Object(map) = value else {
         return Err(Error::NotAMapping { at: Box::new(at), found: describe(&value) });
     };
-    let known: Vec<&'static str> = UPSTREAM_KEYS.iter().chain(&EXTENSION_KEYS).copied().collect();
+    let known: Vec<&'static str> = UPSTREAM_KEYS.iter().chain(&extensions::KEYS).copied().collect();
     let (mut fields, unknown) = Fields::split(map, &known, "");
     let gvk = read_gvk(&mut fields).map_err(|e| e.at(&at))?;
     at.gvk = Some(gvk.clone());
@@ -117,15 +114,10 @@ impl Entry {
             None => Default::default(),
         };
         let finalizer_map = fields.mapping("finalizer").map_err(mismatch)?;
-        let mut extensions = Extensions::default();
-        for key in EXTENSION_KEYS {
-            if let Some(value) = fields.raw(key) {
-                extensions.raw.insert(key.to_string(), value);
-            }
-        }
+        let extensions = extensions::read(&mut fields, &at, env, &mut unknown)?;
 
-        let target =
-            paths::resolve(&playbook, &role, env).map_err(|unresolved| path_error(&at, false, unresolved))?;
+        let target = paths::resolve(&playbook, &role, env)
+            .map_err(|unresolved| path_error(&at, ("playbook", "role"), unresolved))?;
         let mut finalizer_warnings = Vec::new();
         let finalizer = match finalizer_map {
             Some(map) => Some(finalizer(map, &at, env, &mut unknown, &mut finalizer_warnings)?),
@@ -216,14 +208,14 @@ fn finalizer(
             return Err(Error::FinalizerAction { at: at.boxed(), name });
         }
         Err(Unresolved::Neither) => None,
-        Err(unresolved) if vars.is_empty() => return Err(path_error(at, true, unresolved)),
+        Err(unresolved) if vars.is_empty() => return Err(path_error(at, FINALIZER_FIELDS, unresolved)),
         Err(unresolved) => {
             let kept = match &unresolved {
                 Unresolved::PlaybookNotFound(path) => Some(Target::Playbook(path.clone())),
                 Unresolved::RoleNotFound { tried, .. } => tried.last().cloned().map(Target::Role),
                 Unresolved::Neither => None,
             };
-            let error = path_error(at, true, unresolved);
+            let error = path_error(at, FINALIZER_FIELDS, unresolved);
             warnings.push(format!("{error}; finalizer {name:?} will fail until it exists"));
             kept
         }
@@ -231,20 +223,22 @@ fn finalizer(
     Ok(Finalizer { name, target, vars })
 }
 
-/// The error for a playbook or role that names nothing runnable; `in_finalizer` picks the field name.
-fn path_error(at: &EntryRef, in_finalizer: bool, unresolved: Unresolved) -> Error {
+const FINALIZER_FIELDS: (&str, &str) = ("finalizer.playbook", "finalizer.role");
+
+/// The error for a playbook or role that names nothing runnable; `fields` are the names of the
+/// playbook and role fields it came from.
+pub(super) fn path_error(
+    at: &EntryRef,
+    fields: (&'static str, &'static str),
+    unresolved: Unresolved,
+) -> Error {
     match unresolved {
-        Unresolved::PlaybookNotFound(path) => Error::PlaybookNotFound {
-            at: at.boxed(),
-            field: if in_finalizer { "finalizer.playbook" } else { "playbook" },
-            path,
-        },
-        Unresolved::RoleNotFound { role, tried } => Error::RoleNotFound {
-            at: at.boxed(),
-            field: if in_finalizer { "finalizer.role" } else { "role" },
-            role,
-            tried,
-        },
+        Unresolved::PlaybookNotFound(path) => {
+            Error::PlaybookNotFound { at: at.boxed(), field: fields.0, path }
+        }
+        Unresolved::RoleNotFound { role, tried } => {
+            Error::RoleNotFound { at: at.boxed(), field: fields.1, role, tried }
+        }
         Unresolved::Neither => Error::NoTarget { at: at.boxed() },
     }
 }

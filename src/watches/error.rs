@@ -150,6 +150,30 @@ pub enum Error {
         /// What is wrong, naming the value.
         problem: String,
     },
+    /// An extension template (`inventory`, `sshKeySecret`) does not parse.
+    #[error("{at}: field {:?}: {}", template.field, template_text(template))]
+    Template {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// The template error, with its line.
+        template: crate::template::Error,
+    },
+    /// `hostKeyChecking` is not a policy this project knows.
+    #[error(
+        "{at}: field \"hostKeyChecking\": {value:?} is not one of \"strict\", \"accept-new\" (host keys are always checked)"
+    )]
+    HostKeyChecking {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// The value as written.
+        value: String,
+    },
+    /// `precheck` names neither a playbook nor a role.
+    #[error("{at}: field \"precheck\": must be a playbook path or a mapping with playbook or role")]
+    PrecheckTarget {
+        /// The entry.
+        at: Box<EntryRef>,
+    },
     /// `finalizer` has no `name`.
     #[error("{at}: field \"finalizer.name\": finalizer must have a name")]
     FinalizerName {
@@ -168,6 +192,14 @@ pub enum Error {
 
 /// A `Result` whose error is a watches [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A template error without its field (the message names the field already).
+fn template_text(error: &crate::template::Error) -> String {
+    match error.line {
+        Some(line) => format!("template line {line}: {}", error.reason),
+        None => error.reason.clone(),
+    }
+}
 
 fn list(paths: &[PathBuf]) -> String {
     paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>().join(", ")

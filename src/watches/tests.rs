@@ -66,7 +66,7 @@ fn minimal_entry_gets_upstream_defaults() {
     assert_eq!(watch.finalizer, None);
     assert_eq!(watch.max_concurrent_reconciles, 4);
     assert_eq!(watch.ansible_verbosity, 2);
-    assert!(watch.extensions.raw.is_empty());
+    assert_eq!(watch.extensions, Extensions::default());
 }
 
 #[test]
@@ -295,20 +295,75 @@ fn settings_upstream_ignores_in_watches_yaml_warn_with_where_to_set_them() {
 }
 
 #[test]
-fn extension_keys_are_kept_raw_without_warnings() {
-    let (_dir, env) = project();
+fn extension_keys_are_read_without_warnings() {
+    let (dir, env) = project();
     let loaded = parse_ok(
         &memcached(
-            "  role: memcached\n  inventory: {hosts: '{{ spec.hosts }}'}\n  SSHKeySecret: keys\n  hostKeyChecking: false\n  precheck: {play: x}\n",
+            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n",
         ),
         &env,
     );
     assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
-    let raw = serde_json::Value::Object(loaded.watches[0].extensions.raw.clone());
-    assert_eq!(
-        raw,
-        json!({"inventory": {"hosts": "{{ spec.hosts }}"}, "sshKeySecret": "keys", "hostKeyChecking": false, "precheck": {"play": "x"}})
+    let extensions = &loaded.watches[0].extensions;
+    assert_eq!(extensions.inventory.as_deref(), Some("all:\n  hosts: {{ spec.hosts }}\n"));
+    assert_eq!(extensions.ssh_key_secret.as_deref(), Some("{{ spec.keySecret }}"));
+    assert_eq!(extensions.host_key_checking, HostKeyChecking::AcceptNew);
+    assert_eq!(extensions.precheck, Some(Target::Playbook(dir.path().join("playbook.yml"))));
+    assert!(extensions.uses_ssh());
+}
+
+#[test]
+fn extensions_default_to_none_and_strict_host_keys() {
+    let (_dir, env) = project();
+    let watch = one(&memcached("  role: memcached\n  precheck: playbook.yml\n"), &env);
+    assert_eq!(watch.extensions.host_key_checking, HostKeyChecking::Strict);
+    assert!(!watch.extensions.uses_ssh());
+    assert!(matches!(watch.extensions.precheck, Some(Target::Playbook(_))));
+}
+
+#[test]
+fn a_template_that_does_not_parse_stops_the_load_naming_field_and_line() {
+    let (_dir, env) = project();
+    let err =
+        parse_err(&memcached("  role: memcached\n  inventory: \"all:\\n  hosts: {{ spec.hosts\\n\"\n"), &env);
+    assert!(
+        err.starts_with(
+            "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"inventory\": template line 2: syntax error"
+        ),
+        "{err}"
     );
+}
+
+#[test]
+fn host_key_checking_cannot_be_switched_off() {
+    let (_dir, env) = project();
+    for value in ["false", "no", "'off'"] {
+        let err = parse_err(&memcached(&format!("  role: memcached\n  hostKeyChecking: {value}\n")), &env);
+        assert!(err.contains("field \"hostKeyChecking\""), "{err}");
+    }
+    let err = parse_err(&memcached("  role: memcached\n  hostKeyChecking: ignore\n"), &env);
+    assert!(
+        err.ends_with("\"ignore\" is not one of \"strict\", \"accept-new\" (host keys are always checked)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn precheck_paths_are_resolved_like_the_target() {
+    let (dir, env) = project();
+    let err = parse_err(&memcached("  role: memcached\n  precheck: {playbook: missing.yml}\n"), &env);
+    let missing = dir.path().join("missing.yml");
+    assert!(
+        err.ends_with(&format!("field \"precheck.playbook\": playbook {} was not found", missing.display())),
+        "{err}"
+    );
+    let err = parse_err(&memcached("  role: memcached\n  precheck: {}\n"), &env);
+    assert!(
+        err.ends_with("field \"precheck\": must be a playbook path or a mapping with playbook or role"),
+        "{err}"
+    );
+    let watch = one(&memcached("  role: memcached\n  precheck: {role: memcached}\n"), &env);
+    assert_eq!(watch.extensions.precheck, Some(Target::Role(dir.path().join("roles/memcached"))));
 }
 
 #[test]

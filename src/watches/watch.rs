@@ -37,13 +37,35 @@ pub struct Finalizer {
     pub vars: Map<String, Value>,
 }
 
-/// Keys this project reads beyond upstream's (upstream ignores them, so files stay portable).
-/// Kept verbatim here; their meaning is given by the stages that use them.
+/// Keys this project reads beyond upstream's (upstream ignores them, so files stay portable): running
+/// against hosts over SSH.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Extensions {
-    /// The recognised extension keys present in the entry (`inventory`, `sshKeySecret`,
-    /// `hostKeyChecking`, `precheck`), under those spellings, with their values as written.
-    pub raw: Map<String, Value>,
+    /// `inventory`: a minijinja template rendered from the CR into a YAML inventory.
+    pub inventory: Option<String>,
+    /// `sshKeySecret`: a template naming the `kubernetes.io/ssh-auth` Secret in the CR's namespace.
+    pub ssh_key_secret: Option<String>,
+    /// `hostKeyChecking`: what SSH does with host keys it does not know.
+    pub host_key_checking: HostKeyChecking,
+    /// `precheck`: a playbook or role run before the main target against the same inventory.
+    pub precheck: Option<Target>,
+}
+
+impl Extensions {
+    /// Whether runs reach hosts over SSH set up by the operator (an inventory or a key is given).
+    pub fn uses_ssh(&self) -> bool {
+        self.inventory.is_some() || self.ssh_key_secret.is_some()
+    }
+}
+
+/// `hostKeyChecking`: host keys are always checked; `accept-new` only lets SSH learn unknown ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostKeyChecking {
+    /// Only keys in the Secret's `known_hosts` (or the operator's own known_hosts files) are accepted.
+    #[default]
+    Strict,
+    /// A host seen for the first time is trusted and remembered for the CR; a changed key still fails.
+    AcceptNew,
 }
 
 /// One watches.yaml entry with upstream's defaults applied, paths resolved and env overrides read.

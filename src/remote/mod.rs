@@ -1,0 +1,187 @@
+//! Running against hosts over SSH (watch keys `inventory`, `sshKeySecret`, `hostKeyChecking`): the
+//! inventory rendered from the CR, the key and known_hosts read from a Secret in the CR's namespace,
+//! combined into what one run needs. Every problem is an [`Error`] with a condition reason.
+
+pub mod inventory;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::Api;
+use serde_json::Value;
+
+use crate::kubeapi::{self, with_timeout};
+use crate::runner::ssh::{PrivateKey, Ssh};
+use crate::template;
+use crate::watches::Extensions;
+
+/// The Secret type `sshKeySecret` must have.
+pub const SSH_AUTH_TYPE: &str = "kubernetes.io/ssh-auth";
+/// The Secret key holding the private key.
+pub const PRIVATE_KEY: &str = "ssh-privatekey";
+/// The optional Secret key holding known host keys.
+pub const KNOWN_HOSTS: &str = "known_hosts";
+
+/// What a run against remote hosts needs.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// The rendered inventory and its hosts, when the watch has an `inventory` template.
+    pub inventory: Option<(String, Vec<String>)>,
+    /// Key, known_hosts and host key policy.
+    pub ssh: Ssh,
+}
+
+/// Why a CR cannot be run against its hosts; becomes a `Failure` condition and a retry.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A template did not render.
+    #[error(transparent)]
+    Template(#[from] template::Error),
+    /// The rendered inventory is not one Ansible reads as intended.
+    #[error(transparent)]
+    Inventory(#[from] inventory::Error),
+    /// The CR is cluster-scoped, so there is no namespace to read the Secret from.
+    #[error(
+        "sshKeySecret: {name:?} cannot be read for a cluster-scoped resource (Secrets are read only in the CR's namespace)"
+    )]
+    ClusterScoped {
+        /// The Secret's name.
+        name: String,
+    },
+    /// The Secret does not exist.
+    #[error("sshKeySecret: Secret {namespace}/{name} not found")]
+    SecretNotFound {
+        /// Namespace of the CR.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+    /// The Secret has the wrong type.
+    #[error("sshKeySecret: Secret {namespace}/{name} has type {found:?}, not {SSH_AUTH_TYPE:?}")]
+    SecretType {
+        /// Namespace of the CR.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Its type.
+        found: String,
+    },
+    /// The Secret has no private key.
+    #[error("sshKeySecret: Secret {namespace}/{name} has no {PRIVATE_KEY:?} key")]
+    KeyMissing {
+        /// Namespace of the CR.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+    /// The Secret could not be read (RBAC, API errors).
+    #[error("sshKeySecret: read Secret {namespace}/{name}: {source}")]
+    Read {
+        /// Namespace of the CR.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// Cause.
+        source: kubeapi::Error,
+    },
+}
+
+impl Error {
+    /// The `Failure` condition's reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Template(template::Error { field: "inventory", .. }) | Error::Inventory(_) => {
+                "InventoryError"
+            }
+            Error::Template(_) | Error::ClusterScoped { .. } | Error::SecretType { .. } => {
+                "SSHKeySecretInvalid"
+            }
+            Error::SecretNotFound { .. } => "SSHKeySecretNotFound",
+            Error::KeyMissing { .. } => "SSHKeyMissing",
+            Error::Read { .. } => "SSHKeySecretUnreadable",
+        }
+    }
+}
+
+/// Renders the inventory and reads the key Secret for one run. `None` when the watch uses neither.
+pub async fn prepare(
+    client: &Client,
+    extensions: &Extensions,
+    object: &Value,
+    namespace: Option<&str>,
+) -> Result<Option<Remote>, Error> {
+    if !extensions.uses_ssh() {
+        return Ok(None);
+    }
+    let inventory = match &extensions.inventory {
+        Some(source) => {
+            let text = template::render("inventory", source, object)?;
+            let hosts = inventory::hosts(&text)?;
+            Some((text, hosts))
+        }
+        None => None,
+    };
+    let (private_key, known_hosts) = match &extensions.ssh_key_secret {
+        Some(source) => {
+            let name = template::render("sshKeySecret", source, object)?.trim().to_string();
+            let Some(namespace) = namespace else {
+                return Err(Error::ClusterScoped { name });
+            };
+            let (key, known_hosts) = read_secret(client, namespace, &name).await?;
+            (Some(key), known_hosts)
+        }
+        None => (None, None),
+    };
+    Ok(Some(Remote {
+        inventory,
+        ssh: Ssh { private_key, known_hosts, policy: extensions.host_key_checking },
+    }))
+}
+
+async fn read_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(PrivateKey, Option<String>), Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let (namespace, name) = (namespace.to_string(), name.to_string());
+    let secret = match with_timeout(api.get_opt(&name)).await {
+        Ok(Some(secret)) => secret,
+        Ok(None) => return Err(Error::SecretNotFound { namespace, name }),
+        Err(source) => return Err(Error::Read { namespace, name, source }),
+    };
+    let found = secret.type_.clone().unwrap_or_default();
+    if found != SSH_AUTH_TYPE {
+        return Err(Error::SecretType { namespace, name, found });
+    }
+    let text = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|data| data.get(key))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    match text(PRIVATE_KEY).filter(|key| !key.trim().is_empty()) {
+        Some(key) => Ok((PrivateKey::new(key), text(KNOWN_HOSTS))),
+        None => Err(Error::KeyMissing { namespace, name }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_say_which_part_is_wrong() {
+        let template = |field| Error::Template(template::Error { field, line: Some(1), reason: "x".into() });
+        assert_eq!(template("inventory").reason(), "InventoryError");
+        assert_eq!(template("sshKeySecret").reason(), "SSHKeySecretInvalid");
+        let (namespace, name) = ("ns".to_string(), "keys".to_string());
+        assert_eq!(
+            Error::SecretNotFound { namespace: namespace.clone(), name: name.clone() }.reason(),
+            "SSHKeySecretNotFound"
+        );
+        let missing = Error::KeyMissing { namespace, name };
+        assert_eq!(missing.reason(), "SSHKeyMissing");
+        assert_eq!(missing.to_string(), "sshKeySecret: Secret ns/keys has no \"ssh-privatekey\" key");
+    }
+}

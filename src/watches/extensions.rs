@@ -1,0 +1,68 @@
+//! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`): read,
+//! type-checked and, for templates, parsed at load so a typo stops start-up.
+
+use serde_json::Value;
+
+use super::error::{EntryRef, Error};
+use super::fields::Fields;
+use super::paths;
+use super::{Environment, Extensions, HostKeyChecking};
+use crate::template;
+
+/// Keys this project adds beyond upstream's.
+pub(super) const KEYS: [&str; 4] = ["inventory", "sshKeySecret", "hostKeyChecking", "precheck"];
+
+const PRECHECK_KEYS: [&str; 2] = ["playbook", "role"];
+
+/// Reads the extension keys of one entry; unknown keys inside `precheck` go to `unknown`.
+pub(super) fn read(
+    fields: &mut Fields,
+    at: &EntryRef,
+    env: &Environment,
+    unknown: &mut Vec<String>,
+) -> Result<Extensions, Error> {
+    let mut template_field = |key: &'static str| -> Result<Option<String>, Error> {
+        let Some(source) = fields.string(key).map_err(|e| e.at(at))? else {
+            return Ok(None);
+        };
+        template::check(key, &source).map_err(|template| Error::Template { at: at.boxed(), template })?;
+        Ok(Some(source))
+    };
+    let inventory = template_field("inventory")?;
+    let ssh_key_secret = template_field("sshKeySecret")?;
+    let host_key_checking = match fields.string("hostKeyChecking").map_err(|e| e.at(at))?.as_deref() {
+        None | Some("strict") => HostKeyChecking::Strict,
+        Some("accept-new") => HostKeyChecking::AcceptNew,
+        Some(other) => return Err(Error::HostKeyChecking { at: at.boxed(), value: other.to_string() }),
+    };
+    let precheck = match fields.raw("precheck") {
+        None => None,
+        Some(Value::String(playbook)) => Some(resolve(&playbook, "", ("precheck", "precheck"), at, env)?),
+        Some(Value::Object(map)) => {
+            let (mut precheck, extra) = Fields::split(map, &PRECHECK_KEYS, "precheck.");
+            unknown.extend(extra);
+            let playbook = precheck.string("playbook").map_err(|e| e.at(at))?.unwrap_or_default();
+            let role = precheck.string("role").map_err(|e| e.at(at))?.unwrap_or_default();
+            Some(resolve(&playbook, &role, ("precheck.playbook", "precheck.role"), at, env)?)
+        }
+        Some(other) => {
+            return Err(fields
+                .mismatch("precheck", "a playbook path or {playbook: ...} / {role: ...}", &other)
+                .at(at));
+        }
+    };
+    Ok(Extensions { inventory, ssh_key_secret, host_key_checking, precheck })
+}
+
+fn resolve(
+    playbook: &str,
+    role: &str,
+    field_names: (&'static str, &'static str),
+    at: &EntryRef,
+    env: &Environment,
+) -> Result<super::Target, Error> {
+    paths::resolve(playbook, role, env).map_err(|unresolved| match unresolved {
+        paths::Unresolved::Neither => Error::PrecheckTarget { at: at.boxed() },
+        unresolved => super::entry::path_error(at, field_names, unresolved),
+    })
+}
