@@ -109,7 +109,7 @@ up() {
   for ((n = 1; n <= count; n++)); do
     write_config "$n"
     echo "[$(address "$n")]:$port $(cut -d' ' -f1,2 "$state/host$n/ssh_host_ed25519_key.pub")" >>"$state/known_hosts.new"
-    hosts+=("{\"name\":\"host$n\",\"address\":\"$(address "$n")\",\"port\":$port,\"user\":\"$(user "$n")\"}")
+    hosts+=("{\"name\":\"host$n\",\"address\":\"$(address "$n")\",\"port\":$port,\"user\":\"$(user "$n")\",\"home\":\"$(home "$n")\"}")
     if pid_of "$n" >/dev/null; then
       continue
     fi

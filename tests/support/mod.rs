@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod configmaps;
+pub mod hosts;
 pub mod operator;
 
 use std::future::Future;
