@@ -288,7 +288,11 @@ pub fn http_get(port: u16, path: &str, authorization: Option<&str>) -> Option<(u
 
 /// Installs the sample operator's CRDs from `deploy/crds/`.
 pub async fn install_sample_crds(client: &Client) {
-    for file in ["cache.example.com_memcacheds.yaml", "etcd.example.com_etcdbackups.yaml"] {
+    for file in [
+        "cache.example.com_memcacheds.yaml",
+        "etcd.example.com_etcdbackups.yaml",
+        "etcd.example.com_etcdclusters.yaml",
+    ] {
         let text = std::fs::read_to_string(repo().join("deploy/crds").join(file)).expect("read CRD");
         let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");
         install_crd(client, &crd).await;

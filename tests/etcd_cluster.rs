@@ -1,0 +1,163 @@
+//! The EtcdCluster sample (`watches.yaml`, `playbooks/etcdcluster*.yml`): etcd installed as a binary
+//! over SSH on real sshd test hosts, grown, shrunk and uninstalled through its CR.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use support::hosts::{self, Host};
+use support::operator::OperatorConfig;
+
+const GROUP: &str = "etcd.example.com";
+const KIND: &str = "EtcdCluster";
+const WAIT: Duration = Duration::from_secs(240);
+
+fn install_dir(host: &Host, namespace: &str, name: &str) -> PathBuf {
+    host.file(&format!("etcd-{namespace}-{name}"))
+}
+
+/// The PID of the host's etcd member, when it runs.
+fn member_pid(host: &Host, namespace: &str, name: &str) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(install_dir(host, namespace, name).join("etcd.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    PathBuf::from(format!("/proc/{pid}")).exists().then_some(pid)
+}
+
+/// Waits (membership changes reach every member within moments) until etcd, asked on `host`'s
+/// client URL, lists exactly `expected`.
+async fn assert_members(host: &Host, client_port: u16, expected: &[&str]) {
+    support::wait_for(&format!("etcd to list members {expected:?}"), Duration::from_secs(15), || async {
+        let names = member_names(host, client_port);
+        Ok(if names == expected { Ok(()) } else { Err(format!("members {names:?}")) })
+    })
+    .await
+}
+
+/// Member names as etcd itself lists them, asked on the given host's client URL.
+fn member_names(host: &Host, client_port: u16) -> Vec<String> {
+    let etcdctl = support::repo().join(".local/bin/etcdctl");
+    let output = Command::new(etcdctl)
+        .args([&format!("--endpoints=http://{}:{client_port}", host.address), "member", "list", "-w", "json"])
+        .output()
+        .expect("run etcdctl");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let list: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let mut names: Vec<String> = list["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until generation `generation` succeeded, and returns the CR.
+async fn converged(api: &Api<DynamicObject>, name: &str, generation: i64) -> DynamicObject {
+    support::wait_for(&format!("{name} generation {generation} to succeed"), WAIT, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let ok = support::condition(&object, "Successful")
+            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation);
+        Ok(if ok { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
+    })
+    .await
+}
+
+fn spec_hosts(hosts: &[&Host]) -> Value {
+    Value::Array(hosts.iter().map(|h| h.spec()).collect())
+}
+
+#[tokio::test]
+async fn etcd_cluster_is_installed_grown_shrunk_and_uninstalled_over_ssh() {
+    let all = hosts::hosts();
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "sample-etcdcluster").await;
+    support::install_sample_crds(&client).await;
+    let releases = support::repo().join(".local/etcd-releases");
+    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
+        .env("ETCD_RELEASES_DIR", releases.display().to_string())
+        .start();
+    hosts::create_ssh_secret(
+        &client,
+        &ns.name,
+        "etcd-hosts-ssh",
+        &hosts::client_key(),
+        Some(&hosts::known_hosts()),
+    )
+    .await;
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let (client_port, peer_port) = (23790, 23800);
+    let name = "prod";
+    let spec = json!({
+        "version": "3.6.5", "clientPort": client_port, "peerPort": peer_port, "sshKeySecret": "etcd-hosts-ssh",
+        "hosts": spec_hosts(&[&all[0], &all[1], &all[2]]),
+    });
+    support::create_cr(&api, GROUP, KIND, name, spec).await;
+
+    // Three hosts: binary installed and running on each, one cluster, health and per-host results in status.
+    let done = converged(&api, name, 1).await;
+    for host in &all[..3] {
+        assert!(
+            install_dir(host, &ns.name, name).join("bin/etcd").exists(),
+            "etcd installed on {}",
+            host.name
+        );
+        assert!(member_pid(host, &ns.name, name).is_some(), "etcd runs on {}", host.name);
+        assert!(done.data["status"]["hosts"][&host.name]["changed"].as_i64().unwrap() > 0);
+    }
+    assert!(!install_dir(&all[3], &ns.name, name).exists());
+    assert_members(&all[0], client_port, &["host1", "host2", "host3"]).await;
+    let members = done.data["status"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3, "{members:?}");
+    assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.5"), "{members:?}");
+    assert_eq!(done.data["status"]["readyMembers"], 3);
+    let pids: Vec<Option<u32>> = all[..3].iter().map(|h| member_pid(h, &ns.name, name)).collect();
+
+    // A fourth host joins; only it changes.
+    let patch = json!({"spec": {"hosts": spec_hosts(&[&all[0], &all[1], &all[2], &all[3]])}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let grown = converged(&api, name, 2).await;
+    let status_hosts = &grown.data["status"]["hosts"];
+    for host in &all[..3] {
+        assert_eq!(status_hosts[&host.name]["changed"], 0, "{} unchanged: {status_hosts}", host.name);
+    }
+    assert!(status_hosts["host4"]["changed"].as_i64().unwrap() > 0, "{status_hosts}");
+    let still: Vec<Option<u32>> = all[..3].iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    assert_eq!(still, pids, "existing members were not restarted");
+    assert!(member_pid(&all[3], &ns.name, name).is_some());
+    assert_members(&all[0], client_port, &["host1", "host2", "host3", "host4"]).await;
+
+    // host2 is removed from the spec: it leaves the cluster and is cleaned up.
+    let patch = json!({"spec": {"hosts": spec_hosts(&[&all[0], &all[2], &all[3]])}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let shrunk = converged(&api, name, 3).await;
+    assert!(!install_dir(&all[1], &ns.name, name).exists(), "host2 cleaned up");
+    assert_members(&all[0], client_port, &["host1", "host3", "host4"]).await;
+    let names: Vec<&str> = shrunk.data["status"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["host1", "host3", "host4"]);
+
+    // Deleting the CR uninstalls everywhere (finalizer).
+    let pids: Vec<u32> =
+        [&all[0], &all[2], &all[3]].iter().filter_map(|h| member_pid(h, &ns.name, name)).collect();
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    support::wait_for_absent(&api, name, WAIT).await;
+    for host in all {
+        assert!(!install_dir(host, &ns.name, name).exists(), "nothing left on {}", host.name);
+    }
+    for pid in pids {
+        assert!(!PathBuf::from(format!("/proc/{pid}")).exists(), "etcd {pid} stopped");
+    }
+}
