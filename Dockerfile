@@ -19,13 +19,19 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --bin ansible-operator \
  && install -D -m 0755 target/release/ansible-operator /out/ansible-operator
 
-# 2. etcdctl for playbooks/etcdbackup.yml, from the etcd release pinned in hack/kube/go.mod.
+# 2. etcd and etcdctl from the release pinned in hack/kube/go.mod: etcdctl for
+# playbooks/etcdbackup.yml, both as the release playbooks/etcdcluster.yml installs on hosts
+# (/opt/etcd-releases/v<version>/).
 FROM golang:${GO_VERSION}-bookworm AS etcdctl
 WORKDIR /src/hack/kube
 COPY hack/kube/ ./
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/etcdctl go.etcd.io/etcd/etcdctl/v3
+    version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' go.mod) \
+ && mkdir -p "/out/etcd-releases/$version" \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "/out/etcd-releases/$version/etcdctl" go.etcd.io/etcd/etcdctl/v3 \
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "/out/etcd-releases/$version/etcd" go.etcd.io/etcd/server/v3 \
+ && cp "/out/etcd-releases/$version/etcdctl" /out/etcdctl
 
 # 3. The Ansible venv: the pins of hack/requirements-ansible.txt without pytest and the packages
 # only pytest needs (iniconfig, pluggy, Pygments), kubernetes.core from the checksum-pinned
@@ -57,7 +63,7 @@ RUN /opt/venv/bin/ansible-doc kubernetes.core.k8s > /dev/null \
 # 4. The runtime image.
 FROM python:${PYTHON_VERSION}-slim-bookworm
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini \
+ && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
 # Upstream's base image: roles_path for playbooks that import roles, a local default inventory,
 # user 1001 in group 0 (so an arbitrary UID in group 0, as on OpenShift, can write HOME).
@@ -69,6 +75,7 @@ RUN mkdir -p /etc/ansible \
  && chown -R 1001:0 /opt/ansible \
  && chmod -R ug+rwx /opt/ansible
 COPY --from=operator /out/ansible-operator /usr/local/bin/ansible-operator
+COPY --from=etcdctl /out/etcd-releases /opt/etcd-releases
 COPY --from=etcdctl /out/etcdctl /usr/local/bin/etcdctl
 COPY --from=ansible /opt/venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \

@@ -152,6 +152,7 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
         "namespace/ansible-operator-system",
         "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
         "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
+        "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
         "serviceaccount/ansible-operator",
         "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
@@ -229,7 +230,9 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
 
     let k8s_module_verbs = ["get", "list", "watch", "create", "update", "patch", "delete"];
     let mut allowed: Vec<(&str, &str, Option<&str>)> = Vec::new();
-    for cr in ["memcacheds.cache.example.com", "etcdbackups.etcd.example.com"] {
+    let crs =
+        ["memcacheds.cache.example.com", "etcdbackups.etcd.example.com", "etcdclusters.etcd.example.com"];
+    for cr in crs {
         for verb in ["get", "update", "patch"] {
             allowed.push((verb, cr, Some("default")));
         }
@@ -237,13 +240,15 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
             allowed.push((verb, cr, None));
         }
     }
-    for status in ["memcacheds.cache.example.com/status", "etcdbackups.etcd.example.com/status"] {
+    let subresources: Vec<(String, String)> =
+        crs.iter().map(|cr| (format!("{cr}/status"), format!("{cr}/finalizers"))).collect();
+    for (status, finalizers) in &subresources {
         for verb in ["get", "update", "patch"] {
             allowed.push((verb, status, Some("default")));
         }
+        allowed.push(("update", finalizers, Some("default")));
     }
-    allowed.push(("update", "memcacheds.cache.example.com/finalizers", Some("default")));
-    allowed.push(("update", "etcdbackups.etcd.example.com/finalizers", Some("default")));
+    allowed.push(("get", "secrets", Some("default")));
     for child in ["configmaps", "deployments.apps"] {
         for verb in k8s_module_verbs {
             allowed.push((verb, child, Some("some-app")));
@@ -261,8 +266,9 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
     let denied = [
         ("create", "memcacheds.cache.example.com", Some("default")),
         ("delete", "etcdbackups.etcd.example.com", Some("default")),
-        ("get", "secrets", Some("default")),
         ("list", "secrets", None),
+        ("watch", "secrets", Some("default")),
+        ("create", "secrets", Some("default")),
         ("create", "pods", Some("default")),
         ("list", "pods", None),
         ("get", "services", Some("default")),
