@@ -23,6 +23,7 @@ install: install-kube install-ansible install-ssh ## Install the control plane, 
 
 install-kube: ## Build (once, cached) and link kube-apiserver, kube-controller-manager, kubectl, etcd
 	hack/install-kube.sh
+	hack/install-etcd-releases.sh
 
 install-ansible: ## Create .venv with pinned Ansible, ansible-runner and the collections
 	hack/install-ansible.sh

@@ -54,10 +54,3 @@ for cmd in "${commands[@]}"; do
 done
 echo "install-kube: linked ${commands[*]} into $bin"
 
-# The EtcdCluster sample installs etcd from a release directory on the operator's machine:
-# <ETCD_RELEASES_DIR>/v<version>/{etcd,etcdctl}. This one holds the etcd built above.
-releases="$repo/.local/etcd-releases/v${etcd_version#v}"
-mkdir -p "$releases"
-for cmd in etcd etcdctl; do
-  ln -sfn "$cache/bin/$cmd" "$releases/$cmd"
-done

@@ -1,5 +1,5 @@
 //! The EtcdCluster sample (`watches.yaml`, `playbooks/etcdcluster*.yml`): etcd installed as a binary
-//! over SSH on real sshd test hosts, grown, shrunk and uninstalled through its CR.
+//! over SSH on real sshd test hosts, grown, shrunk, upgraded and uninstalled through its CR.
 
 mod support;
 
@@ -43,13 +43,8 @@ async fn assert_members(host: &Host, client_port: u16, expected: &[&str]) {
 
 /// Member names as etcd itself lists them, asked on the given host's client URL.
 fn member_names(host: &Host, client_port: u16) -> Vec<String> {
-    let etcdctl = support::repo().join(".local/bin/etcdctl");
-    let output = Command::new(etcdctl)
-        .args([&format!("--endpoints=http://{}:{client_port}", host.address), "member", "list", "-w", "json"])
-        .output()
-        .expect("run etcdctl");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let list: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let list: Value =
+        serde_json::from_str(&etcdctl(host, client_port, &["member", "list", "-w", "json"])).unwrap();
     let mut names: Vec<String> = list["members"]
         .as_array()
         .unwrap()
@@ -58,6 +53,38 @@ fn member_names(host: &Host, client_port: u16) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Runs the test's own etcdctl against `host`'s client URL and returns its output.
+fn etcdctl(host: &Host, client_port: u16, args: &[&str]) -> String {
+    let output = Command::new(support::repo().join(".local/bin/etcdctl"))
+        .arg(format!("--endpoints=http://{}:{client_port}", host.address))
+        .args(args)
+        .output()
+        .expect("run etcdctl");
+    assert!(output.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The rolling-restart steps of a run, in order, from its runner artifacts: (`restart` or
+/// `healthy`, host).
+fn restart_steps(job_events: &std::path::Path) -> Vec<(String, String)> {
+    let mut events: Vec<(i64, String, String)> = std::fs::read_dir(job_events)
+        .expect("read job events")
+        .filter_map(|entry| serde_json::from_slice::<Value>(&std::fs::read(entry.ok()?.path()).ok()?).ok())
+        .filter(|event| event["event"] == "runner_on_ok")
+        .filter_map(|event| {
+            let step = match event["event_data"]["task"].as_str()? {
+                "Restart a running member on the new binary" => "restart",
+                "Wait until the restarted member is healthy" => "healthy",
+                _ => return None,
+            };
+            let host = event["event_data"]["host"].as_str()?.to_string();
+            Some((event["counter"].as_i64()?, step.to_string(), host))
+        })
+        .collect();
+    events.sort();
+    events.into_iter().map(|(_, step, host)| (step, host)).collect()
 }
 
 /// Waits until generation `generation` succeeded, and returns the CR.
@@ -76,13 +103,13 @@ fn spec_hosts(hosts: &[&Host]) -> Value {
 }
 
 #[tokio::test]
-async fn etcd_cluster_is_installed_grown_shrunk_and_uninstalled_over_ssh() {
+async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ssh() {
     let all = hosts::hosts();
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sample-etcdcluster").await;
     support::install_sample_crds(&client).await;
     let releases = support::repo().join(".local/etcd-releases");
-    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
+    let operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
         .env("ETCD_RELEASES_DIR", releases.display().to_string())
         .start();
     hosts::create_ssh_secret(
@@ -97,7 +124,7 @@ async fn etcd_cluster_is_installed_grown_shrunk_and_uninstalled_over_ssh() {
     let (client_port, peer_port) = (23790, 23800);
     let name = "prod";
     let spec = json!({
-        "version": "3.6.5", "clientPort": client_port, "peerPort": peer_port, "sshKeySecret": "etcd-hosts-ssh",
+        "version": "3.6.4", "clientPort": client_port, "peerPort": peer_port, "sshKeySecret": "etcd-hosts-ssh",
         "hosts": spec_hosts(&[&all[0], &all[1], &all[2]]),
     });
     support::create_cr(&api, GROUP, KIND, name, spec).await;
@@ -117,7 +144,7 @@ async fn etcd_cluster_is_installed_grown_shrunk_and_uninstalled_over_ssh() {
     assert_members(&all[0], client_port, &["host1", "host2", "host3"]).await;
     let members = done.data["status"]["members"].as_array().unwrap();
     assert_eq!(members.len(), 3, "{members:?}");
-    assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.5"), "{members:?}");
+    assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.4"), "{members:?}");
     assert_eq!(done.data["status"]["readyMembers"], 3);
     let pids: Vec<Option<u32>> = all[..3].iter().map(|h| member_pid(h, &ns.name, name)).collect();
 
@@ -148,6 +175,31 @@ async fn etcd_cluster_is_installed_grown_shrunk_and_uninstalled_over_ssh() {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["host1", "host3", "host4"]);
+
+    // A new version rolls out one host at a time; the cluster and its data stay.
+    let remaining = [&all[0], &all[2], &all[3]];
+    etcdctl(&all[0], client_port, &["put", "upgrade-probe", "kept"]);
+    let before: Vec<Option<u32>> = remaining.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let patch = json!({"spec": {"version": "3.6.5"}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let upgraded = converged(&api, name, 4).await;
+    let members = upgraded.data["status"]["members"].as_array().unwrap();
+    assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.5"), "{members:?}");
+    let after: Vec<Option<u32>> = remaining.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    for (old, new) in before.iter().zip(&after) {
+        assert!(
+            new.is_some() && new != old,
+            "every member restarted on the new binary: {before:?} -> {after:?}"
+        );
+    }
+    assert_eq!(etcdctl(&all[0], client_port, &["get", "upgrade-probe", "--print-value-only"]).trim(), "kept");
+    let runner = operator.runner_dir(GROUP, KIND, &ns.name, name);
+    let steps = restart_steps(&runner.join("artifacts/latest/job_events"));
+    assert_eq!(steps.len(), 6, "{steps:?}");
+    for pair in steps.chunks(2) {
+        assert_eq!((pair[0].0.as_str(), pair[1].0.as_str()), ("restart", "healthy"), "{steps:?}");
+        assert_eq!(pair[0].1, pair[1].1, "a host is healthy again before the next restarts: {steps:?}");
+    }
 
     // Deleting the CR uninstalls everywhere (finalizer).
     let pids: Vec<u32> =

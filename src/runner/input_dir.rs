@@ -151,7 +151,8 @@ fn write_json(path: &Path, value: &Map<String, Value>) -> io::Result<()> {
     std::fs::write(path, text)
 }
 
-fn remove_if_present(path: &Path) -> io::Result<()> {
+/// Removes a file; one that is not there is fine.
+pub(super) fn remove_if_present(path: &Path) -> io::Result<()> {
     match std::fs::remove_file(path) {
         Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
         _ => Ok(()),

@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use super::input_dir::remove_if_present;
 use crate::watches::HostKeyChecking;
 
 /// A private key; never printed.
@@ -148,13 +149,6 @@ fn write_private(path: &Path, text: &str) -> io::Result<()> {
     remove_if_present(path)?;
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
     file.write_all(text.as_bytes())
-}
-
-fn remove_if_present(path: &Path) -> io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(test)]
