@@ -263,48 +263,20 @@ async fn reconcile_inner(
     }
 
     let object_json = serde_json::to_value(&current).unwrap_or(Value::Null);
-    let remote =
-        match remote::prepare(&ctx.client, &watch.extensions, &object_json, current.namespace().as_deref())
-            .await
-        {
-            Ok(remote) => remote,
-            Err(source) => {
-                if watch.manage_status {
-                    let failed = Transition::Failed {
-                        reason: source.reason().into(),
-                        message: source.to_string(),
-                        stats: None,
-                    };
-                    status::write(&api, &name, &failed, generation).await?;
-                }
-                return Err(Error::Remote { key: key.into(), source });
-            }
-        };
+    let target = StatusTarget { api: &api, name: &name, key, generation };
+    let remote = prepare_remote(ctx, &target, &object_json, current.namespace().as_deref()).await?;
     let inventory_hosts =
         remote.as_ref().and_then(|r| r.inventory.as_ref()).map(|(_, hosts)| hosts.as_slice());
-
     if let (false, Some(precheck)) = (finalizing, &watch.extensions.precheck) {
         let mut spec = run_spec(ctx, &current, &object_json, finalizing, new_ident(), remote.as_ref());
         spec.target = precheck.clone();
-        let report = match run_ansible(ctx, &current, spec).await {
-            Ok(report) => report,
-            Err(source) => return Err(unable_to_run(&api, &name, generation, key, source).await),
-        };
-        if !report.outcome.succeeded() {
-            let message = precheck_message(&report);
-            if watch.manage_status {
-                let failed = Transition::Failed { reason: PRECHECK_FAILED.into(), message, stats: None };
-                let hosts = inventory_hosts.map(|hosts| report.outcome.host_results(hosts));
-                status::write_with_hosts(&api, &name, &failed, generation, hosts.as_ref()).await?;
-            }
-            return Err(Error::PrecheckFailed { key: key.into() });
-        }
+        run_precheck(ctx, &target, &current, spec, inventory_hosts).await?;
     }
 
     let spec = run_spec(ctx, &current, &object_json, finalizing, ident, remote.as_ref());
     let report = match run_ansible(ctx, &current, spec).await {
         Ok(report) => report,
-        Err(source) => return Err(unable_to_run(&api, &name, generation, key, source).await),
+        Err(source) => return Err(unable_to_run(&target, source).await),
     };
     let outcome = &report.outcome;
     let Some(stats) = outcome.stats.clone() else {
@@ -435,19 +407,73 @@ async fn run_ansible(
     report
 }
 
-/// Records that ansible-runner could not run (upstream's message) and returns the error.
-async fn unable_to_run(
-    api: &Api<DynamicObject>,
-    name: &str,
+/// The CR a reconcile writes its status to.
+struct StatusTarget<'a> {
+    api: &'a Api<DynamicObject>,
+    name: &'a str,
+    /// namespace/name, for errors.
+    key: &'a str,
+    /// The generation the run saw.
     generation: Option<i64>,
-    key: &str,
-    source: runner::Error,
-) -> Error {
+}
+
+/// Renders the inventory and reads the key Secret; a problem becomes a `Failure` condition with its
+/// own reason, and no run.
+async fn prepare_remote(
+    ctx: &Context,
+    target: &StatusTarget<'_>,
+    object_json: &Value,
+    namespace: Option<&str>,
+) -> Result<Option<Remote>, Error> {
+    match remote::prepare(&ctx.client, &ctx.watch.extensions, object_json, namespace).await {
+        Ok(remote) => Ok(remote),
+        Err(source) => {
+            if ctx.watch.manage_status {
+                let message = source.to_string();
+                let failed = Transition::Failed { reason: source.reason().into(), message, stats: None };
+                status::write(target.api, target.name, &failed, target.generation).await?;
+            }
+            Err(Error::Remote { key: target.key.into(), source })
+        }
+    }
+}
+
+/// Runs the watch's precheck; when it fails the CR gets `PrecheckFailed` (with the precheck's
+/// per-host results) and the main target does not run.
+async fn run_precheck(
+    ctx: &Context,
+    target: &StatusTarget<'_>,
+    object: &DynamicObject,
+    spec: RunSpec,
+    inventory_hosts: Option<&[String]>,
+) -> Result<(), Error> {
+    let report = match run_ansible(ctx, object, spec).await {
+        Ok(report) => report,
+        Err(source) => return Err(unable_to_run(target, source).await),
+    };
+    if report.outcome.succeeded() {
+        return Ok(());
+    }
+    if ctx.watch.manage_status {
+        let failed = Transition::Failed {
+            reason: PRECHECK_FAILED.into(),
+            message: precheck_message(&report),
+            stats: None,
+        };
+        let hosts = inventory_hosts.map(|hosts| report.outcome.host_results(hosts));
+        status::write_with_hosts(target.api, target.name, &failed, target.generation, hosts.as_ref()).await?;
+    }
+    Err(Error::PrecheckFailed { key: target.key.into() })
+}
+
+/// Records that ansible-runner could not run (upstream's message) and returns the error.
+async fn unable_to_run(target: &StatusTarget<'_>, source: runner::Error) -> Error {
     let message = format!("{UNABLE_TO_RUN}: {}", error_chain(&source));
-    if let Err(error) = status::write(api, name, &Transition::failed(message, None), generation).await {
+    let failed = Transition::failed(message, None);
+    if let Err(error) = status::write(target.api, target.name, &failed, target.generation).await {
         return error.into();
     }
-    Error::Runner { key: key.into(), source }
+    Error::Runner { key: target.key.into(), source }
 }
 
 /// The `PrecheckFailed` message: each failing host and task, or why the precheck did not finish.
