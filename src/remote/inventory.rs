@@ -5,6 +5,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
+use crate::watches::describe;
+
 /// Keys a group may have.
 const GROUP_KEYS: [&str; 3] = ["hosts", "vars", "children"];
 
@@ -15,14 +17,17 @@ pub struct Error(String);
 
 /// Parses a rendered YAML inventory and returns its hosts, each once, sorted.
 pub fn hosts(text: &str) -> Result<Vec<String>, Error> {
-    let document: Value = serde_saphyr::from_str(text).map_err(|err| {
-        Error(format!("rendered text is not valid YAML: {err}{}", quote_line(text, &err.to_string())))
-    })?;
+    // The parser's message shows the offending rendered lines.
+    let document: Value = serde_saphyr::from_str(text)
+        .map_err(|err| Error(format!("rendered text is not valid YAML: {err}")))?;
     let groups = match document {
         Value::Object(groups) => groups,
         Value::Null => return Err(Error("rendered inventory is empty".into())),
         other => {
-            return Err(Error(format!("the top level must be a mapping of groups, found {}", kind(&other))));
+            return Err(Error(format!(
+                "the top level must be a mapping of groups, found {}",
+                describe(&other)
+            )));
         }
     };
     let mut hosts = BTreeSet::new();
@@ -39,7 +44,7 @@ fn read_group(path: &str, group: &Value, hosts: &mut BTreeSet<String>) -> Result
     let group = match group {
         Value::Null => return Ok(()),
         Value::Object(group) => group,
-        other => return Err(Error(format!("group {path:?} must be a mapping, found {}", kind(other)))),
+        other => return Err(Error(format!("group {path:?} must be a mapping, found {}", describe(other)))),
     };
     for key in group.keys() {
         if !GROUP_KEYS.contains(&key.as_str()) {
@@ -55,7 +60,7 @@ fn read_group(path: &str, group: &Value, hosts: &mut BTreeSet<String>) -> Result
                 if !matches!(vars, Value::Null | Value::Object(_)) {
                     return Err(Error(format!(
                         "group {path:?}: host {host:?} must map to its variables or nothing, found {}",
-                        kind(vars)
+                        describe(vars)
                     )));
                 }
                 hosts.insert(host.clone());
@@ -64,18 +69,18 @@ fn read_group(path: &str, group: &Value, hosts: &mut BTreeSet<String>) -> Result
         Some(other) => {
             return Err(Error(format!(
                 "group {path:?}: hosts must be a mapping of host names, found {}",
-                kind(other)
+                describe(other)
             )));
         }
     }
     if let Some(vars) = group.get("vars").filter(|v| !matches!(v, Value::Null | Value::Object(_))) {
-        return Err(Error(format!("group {path:?}: vars must be a mapping, found {}", kind(vars))));
+        return Err(Error(format!("group {path:?}: vars must be a mapping, found {}", describe(vars))));
     }
     match group.get("children") {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Object(children)) => children_of(path, children, hosts),
         Some(other) => {
-            Err(Error(format!("group {path:?}: children must be a mapping, found {}", kind(other))))
+            Err(Error(format!("group {path:?}: children must be a mapping, found {}", describe(other))))
         }
     }
 }
@@ -85,30 +90,6 @@ fn children_of(path: &str, children: &Map<String, Value>, hosts: &mut BTreeSet<S
         read_group(&format!("{path}.{name}"), child, hosts)?;
     }
     Ok(())
-}
-
-/// The offending rendered line, when the parser's message names one (`line N`).
-fn quote_line(text: &str, message: &str) -> String {
-    let number = message
-        .split("line ")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|digits| digits.parse::<usize>().ok());
-    match number.and_then(|n| text.lines().nth(n.checked_sub(1)?)) {
-        Some(line) => format!(" (rendered line: {:?})", line.trim_end()),
-        None => String::new(),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
-    }
 }
 
 #[cfg(test)]
@@ -152,8 +133,12 @@ mod tests {
     }
 
     #[test]
-    fn yaml_errors_quote_the_rendered_line() {
+    fn yaml_errors_show_the_rendered_line() {
         let err = hosts("etcd:\n  hosts:\n    a: {ansible_host: [\n").unwrap_err().to_string();
-        assert!(err.starts_with("inventory: rendered text is not valid YAML"), "{err}");
+        assert!(
+            err.starts_with("inventory: rendered text is not valid YAML: error: line 3 column 23"),
+            "{err}"
+        );
+        assert!(err.contains("3 |     a: {ansible_host: ["), "{err}");
     }
 }

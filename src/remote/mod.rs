@@ -74,14 +74,14 @@ pub enum Error {
         name: String,
     },
     /// The Secret could not be read (RBAC, API errors).
-    #[error("sshKeySecret: read Secret {namespace}/{name}: {source}")]
+    #[error("sshKeySecret: read Secret {namespace}/{name}: {cause}")]
     Read {
         /// Namespace of the CR.
         namespace: String,
         /// The Secret's name.
         name: String,
-        /// Cause.
-        source: kubeapi::Error,
+        /// Cause, in the message (a status condition shows only the message).
+        cause: kubeapi::Error,
     },
 }
 
@@ -147,7 +147,7 @@ async fn read_secret(
     let secret = match with_timeout(api.get_opt(&name)).await {
         Ok(Some(secret)) => secret,
         Ok(None) => return Err(Error::SecretNotFound { namespace, name }),
-        Err(source) => return Err(Error::Read { namespace, name, source }),
+        Err(cause) => return Err(Error::Read { namespace, name, cause }),
     };
     let found = secret.type_.clone().unwrap_or_default();
     if found != SSH_AUTH_TYPE {

@@ -137,7 +137,7 @@ impl Fields {
 }
 
 /// A short description of a YAML value for messages: scalars as written, collections by kind.
-pub(super) fn describe(value: &Value) -> String {
+pub fn describe(value: &Value) -> String {
     match value {
         Value::Null => "null".to_string(),
         Value::String(text) => format!("{text:?}"),

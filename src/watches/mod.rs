@@ -26,6 +26,7 @@ mod tests;
 
 pub use environment::Environment;
 pub use error::{EntryRef, Error, Result};
+pub use fields::describe;
 pub use gvk::Gvk;
 pub use load::{load, parse};
 pub use namespaces::watch_namespaces;
