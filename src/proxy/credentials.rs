@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use super::owner::Owner;
 use crate::watches::Gvk;
 
-/// What a run may do through the proxy, and for whom.
-#[derive(Debug, Clone)]
+/// What a run may do through the proxy, and for whom; and the objects it wrote through it.
+#[derive(Debug)]
 pub struct Grant {
     /// The CR the run acts for.
     pub owner: Owner,
@@ -19,6 +19,41 @@ pub struct Grant {
     pub watch_cluster_scoped: bool,
     /// Child kinds never watched.
     pub blacklist: Vec<Gvk>,
+    /// Objects the run created, changed or deleted, in order (the first [`MAX_TOUCHED`]).
+    pub touched: Mutex<Vec<Touched>>,
+}
+
+/// Writes of one run recorded (for the run history); later ones are dropped.
+pub const MAX_TOUCHED: usize = 200;
+
+/// An object a run wrote through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touched {
+    /// `create`, `update`, `patch` or `delete`.
+    pub verb: &'static str,
+    /// The object's kind when the request or the answer names it, else its resource (plural).
+    pub kind: String,
+    /// API group ("" for the core group).
+    pub group: String,
+    /// Namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl Grant {
+    /// Records a write, up to [`MAX_TOUCHED`].
+    pub fn touched(&self, write: Touched) {
+        let mut touched = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        if touched.len() < MAX_TOUCHED {
+            touched.push(write);
+        }
+    }
+
+    /// The writes recorded so far.
+    pub fn writes(&self) -> Vec<Touched> {
+        self.touched.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// The tokens of the runs in flight.
@@ -32,6 +67,8 @@ pub struct Credentials {
 pub struct Issued {
     /// The bearer token.
     pub token: String,
+    /// What the token grants, and what the run wrote with it.
+    pub grant: Arc<Grant>,
     credentials: Arc<Credentials>,
 }
 
@@ -39,8 +76,9 @@ impl Credentials {
     /// Issues a new token for a run.
     pub fn issue(self: &Arc<Self>, grant: Grant) -> std::io::Result<Issued> {
         let token = random_token()?;
-        self.lock().insert(token.clone(), Arc::new(grant));
-        Ok(Issued { token, credentials: self.clone() })
+        let grant = Arc::new(grant);
+        self.lock().insert(token.clone(), grant.clone());
+        Ok(Issued { token, grant, credentials: self.clone() })
     }
 
     /// The grant behind a token, if the token belongs to a run in flight.
@@ -81,7 +119,26 @@ mod tests {
             watch_dependents: true,
             watch_cluster_scoped: false,
             blacklist: Vec::new(),
+            touched: Mutex::default(),
         }
+    }
+
+    #[test]
+    fn writes_are_recorded_up_to_the_limit() {
+        let grant = grant();
+        let write = |name: &str| Touched {
+            verb: "create",
+            kind: "ConfigMap".into(),
+            group: String::new(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+        };
+        for i in 0..MAX_TOUCHED + 5 {
+            grant.touched(write(&i.to_string()));
+        }
+        let writes = grant.writes();
+        assert_eq!(writes.len(), MAX_TOUCHED);
+        assert_eq!(writes[0], write("0"));
     }
 
     #[test]

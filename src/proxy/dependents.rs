@@ -16,6 +16,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::owner::{PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE};
+use crate::history::Ledger;
+use crate::history::trigger::Dependent;
+use crate::watch_errors::WatchErrors;
 
 /// An owner kind, as `(group, kind)`: what ownerReferences and annotations name.
 pub type OwnerKind = (String, String);
@@ -33,6 +36,8 @@ struct OwnerRoute {
 /// The registry of owner kinds and the child kinds being watched for them.
 pub struct Dependents {
     client: Client,
+    /// Where a triggered owner's next run learns which child changed.
+    ledger: Arc<Ledger>,
     namespaces: Vec<String>,
     owners: RwLock<HashMap<OwnerKind, OwnerRoute>>,
     /// Child kinds watched, by API resource identity, with the owner kinds interested in each.
@@ -41,8 +46,14 @@ pub struct Dependents {
 
 impl Dependents {
     /// A registry whose watches are limited to `namespaces` (empty: all).
-    pub fn new(client: Client, namespaces: Vec<String>) -> Arc<Self> {
-        Arc::new(Self { client, namespaces, owners: Default::default(), children: Default::default() })
+    pub fn new(client: Client, namespaces: Vec<String>, ledger: Arc<Ledger>) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            ledger,
+            namespaces,
+            owners: Default::default(),
+            children: Default::default(),
+        })
     }
 
     /// Registers a controller of an owner kind for one namespace scope and returns its trigger stream.
@@ -95,11 +106,19 @@ impl Dependents {
     }
 
     async fn watch_child(&self, api: Api<DynamicObject>, interested: Arc<RwLock<HashSet<OwnerKind>>>) {
+        let mut errors = WatchErrors::new(
+            api.resource_url(),
+            "changes to these children do not trigger a reconcile of their owners",
+        );
         let mut seen = Seen::default();
         let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
         while let Some(event) = events.next().await {
             let changed = match event {
-                Ok(watcher::Event::Init | watcher::Event::InitDone) => continue,
+                Ok(watcher::Event::Init) => continue,
+                Ok(watcher::Event::InitDone) => {
+                    errors.listed();
+                    continue;
+                }
                 Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object)) => {
                     seen.applied(&object).then_some(object)
                 }
@@ -108,13 +127,20 @@ impl Dependents {
                     Some(object)
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "child watch error");
+                    errors.failed(&error);
                     continue;
                 }
             };
             let Some(object) = changed else { continue };
             let interested = interested.read().unwrap_or_else(|p| p.into_inner()).clone();
             for (kind, name, namespace) in owners_of(&object, &interested) {
+                let dependent = Dependent {
+                    kind: object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default(),
+                    namespace: object.namespace(),
+                    name: object.name_any(),
+                };
+                let owner = (kind.0.clone(), kind.1.clone(), namespace.clone(), name.clone());
+                self.ledger.dependent_changed(owner, dependent);
                 self.trigger(&kind, &name, namespace.as_deref());
             }
         }

@@ -27,9 +27,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use credentials::{Credentials, Grant};
+use credentials::{Credentials, Grant, Touched};
 use dependents::Dependents;
-use owner::Link;
+use owner::{Link, Ownership, Prior, Write};
 use request_info::RequestInfo;
 
 /// Largest request or single-object response body the proxy reads into memory.
@@ -140,12 +140,21 @@ impl Proxy {
         parts.uri = path_and_query(&parts.uri)?;
         let info = RequestInfo::parse(parts.uri.path());
         let query = parts.uri.query().unwrap_or_default().to_string();
-        let creates = info.as_ref().is_some_and(|info| writes_object(&parts.method, &parts.headers, info));
+        let write = info.as_ref().and_then(|info| object_write(&parts.method, &parts.headers, info));
 
         let body = collect(body).await?;
-        let (body, link) = match (&info, creates && self.dependents.is_some()) {
-            (Some(info), true) => self.inject(body, info, grant, &parts.headers)?,
-            _ => (body, None),
+        let (body, ownership, link) = match (&info, write, self.dependents.is_some()) {
+            (Some(info), Some(write), true) => {
+                let ownership = self.ownership(write, info, grant, parts.uri.path()).await;
+                match ownership {
+                    Ownership::Claim | Ownership::Keep => {
+                        let (body, link) = self.inject(body, info, grant, &parts.headers)?;
+                        (body, Some(ownership), link)
+                    }
+                    Ownership::Leave => (body, Some(ownership), None),
+                }
+            }
+            _ => (body, None, None),
         };
         if link.is_some() {
             parts.headers.remove(header::CONTENT_LENGTH);
@@ -154,32 +163,162 @@ impl Proxy {
         let response = self.client.send(upstream).await.map_err(ProxyError::Upstream)?;
         let code = response.status();
 
-        match &info {
-            Some(info) if creates => {
+        let recorded = info.as_ref().and_then(|info| recorded_verb(&parts.method, &parts.headers, info));
+        match (&info, write) {
+            (Some(info), Some(write)) => {
                 tracing::info!(
                     method = %parts.method,
                     resource = %info.resource,
                     namespace = info.namespace.as_deref().unwrap_or_default(),
                     name = info.name.as_deref().unwrap_or_default(),
                     owner = %grant.owner.resource_annotation(),
+                    ownership = ?ownership,
                     injected = ?link,
                     code = code.as_u16(),
                     "proxied write"
                 );
-                if code.is_success()
-                    && let Some(link) = link
-                {
-                    self.watch_child(&body, info, grant, link);
+                if let (true, Some(link)) = (code.is_success(), link) {
+                    // The object appeared between the read and the write: this run did not create it.
+                    let lost_race = ownership == Some(Ownership::Claim)
+                        && write != Write::Create
+                        && code == StatusCode::OK;
+                    if lost_race {
+                        self.disown(parts.uri.path(), grant, link).await;
+                    } else {
+                        self.watch_child(&body, info, grant, link);
+                    }
                 }
-                Ok(response.map(box_body))
+                self.pass_write(response, info, recorded, &body, grant).await
             }
-            Some(info) if parts.method == Method::GET && info.name.is_some() && single_read(info, &query) => {
+            (Some(info), None)
+                if parts.method == Method::GET && info.name.is_some() && single_read(info, &query) =>
+            {
                 tracing::debug!(path = parts.uri.path(), code = code.as_u16(), "proxied read");
                 self.read_back(response, info, grant).await
+            }
+            (Some(info), None) if recorded.is_some() => {
+                tracing::debug!(method = %parts.method, path = parts.uri.path(), code = code.as_u16(), "proxied write");
+                self.pass_write(response, info, recorded, &body, grant).await
             }
             _ => {
                 tracing::debug!(method = %parts.method, path = parts.uri.path(), code = code.as_u16(), "proxied");
                 Ok(response.map(box_body))
+            }
+        }
+    }
+
+    /// Passes a write's answer on; a successful one is recorded for the run's history, with the
+    /// object's kind and name from the answer (or the request).
+    async fn pass_write(
+        &self,
+        response: Response<kube::client::Body>,
+        info: &RequestInfo,
+        verb: Option<&'static str>,
+        request_body: &Bytes,
+        grant: &Grant,
+    ) -> Result<Response<Body>, ProxyError> {
+        let Some(verb) = verb.filter(|_| response.status().is_success()) else {
+            return Ok(response.map(box_body));
+        };
+        let (parts, body) = response.into_parts();
+        let bytes = collect(body).await?;
+        let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let sent: Value = serde_json::from_slice(request_body)
+            .or_else(|_| serde_saphyr::from_slice(request_body))
+            .unwrap_or(Value::Null);
+        let object = if answer["kind"].is_string() && answer["kind"] != "Status" { &answer } else { &sent };
+        let kind = match (object["kind"].as_str(), &info.subresource) {
+            (Some(kind), Some(sub)) => format!("{kind}/{sub}"),
+            (Some(kind), None) => kind.to_string(),
+            (None, Some(sub)) => format!("{}/{sub}", info.resource),
+            (None, None) => info.resource.clone(),
+        };
+        let name = info.name.clone().or_else(|| object["metadata"]["name"].as_str().map(str::to_string));
+        grant.touched(Touched {
+            verb,
+            kind,
+            group: info.group.clone(),
+            namespace: info.namespace.clone(),
+            name: name.unwrap_or_default(),
+        });
+        Ok(Response::from_parts(parts, full(bytes)))
+    }
+
+    /// Whether a write links its object to the run's CR. A create always does; a replace or apply
+    /// reads the object first, and links it only when it is absent (the write creates it) or already
+    /// the CR's child.
+    async fn ownership(&self, write: Write, info: &RequestInfo, grant: &Grant, path: &str) -> Ownership {
+        let namespace = info.namespace.as_deref();
+        if write == Write::Create {
+            return grant.owner.ownership(write, Prior::Absent, namespace);
+        }
+        match self.read(path).await {
+            Ok(Some(object)) => grant.owner.ownership(write, Prior::Present(&object), namespace),
+            Ok(None) => grant.owner.ownership(write, Prior::Absent, namespace),
+            Err(error) => {
+                tracing::warn!(path, error = %error, "could not read the object before writing it: not linking it to the CR");
+                grant.owner.ownership(write, Prior::Unknown, namespace)
+            }
+        }
+    }
+
+    /// The object at `path` as the API server has it now, `None` when there is none.
+    async fn read(&self, path: &str) -> Result<Option<Value>, ProxyError> {
+        let request = Request::get(path).body(kube::client::Body::empty()).map_err(|_| ProxyError::Path)?;
+        let response = self.client.send(request).await.map_err(ProxyError::Upstream)?;
+        match response.status() {
+            StatusCode::NOT_FOUND => Ok(None),
+            code if code.is_success() => {
+                let bytes = collect(response.into_body()).await?;
+                serde_json::from_slice(&bytes).map(Some).map_err(|e| ProxyError::Body(e.to_string()))
+            }
+            code => Err(ProxyError::Read(code)),
+        }
+    }
+
+    /// Takes the run's link off an object that somebody else created between the proxy's read and
+    /// the run's write, so it is not garbage-collected with the CR.
+    async fn disown(&self, path: &str, grant: &Grant, link: Link) {
+        const ATTEMPTS: usize = 5;
+        for _ in 0..ATTEMPTS {
+            let object = match self.read(path).await {
+                Ok(Some(object)) => object,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(path, error = %error, "could not read an object the run did not create to unlink it");
+                    return;
+                }
+            };
+            let Some(patch) = grant.owner.unlink_patch(link, &object) else { return };
+            let request = Request::patch(format!("{path}?fieldManager={}", crate::kubeapi::FIELD_MANAGER))
+                .header(header::CONTENT_TYPE, "application/merge-patch+json")
+                .body(kube::client::Body::from(patch.to_string().into_bytes()))
+                .map_err(|_| ProxyError::Path);
+            let response = match request {
+                Ok(request) => self.client.send(request).await.map(|r| r.status()),
+                Err(_) => return,
+            };
+            match response {
+                Ok(code) if code.is_success() => {
+                    tracing::info!(
+                        path,
+                        "object was created by someone else during the write: not linked to the CR"
+                    );
+                    return;
+                }
+                Ok(StatusCode::CONFLICT) => continue,
+                Ok(code) => {
+                    tracing::warn!(
+                        path,
+                        code = code.as_u16(),
+                        "could not unlink an object the run did not create"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(path, error = %error, "could not unlink an object the run did not create");
+                    return;
+                }
             }
         }
     }
@@ -288,19 +427,38 @@ enum ProxyError {
     Body(String),
     #[error("invalid request path")]
     Path,
+    #[error("the API server answered {0}")]
+    Read(StatusCode),
 }
 
-/// True for requests that create or replace an object: POST to a collection, PUT of an object, and
-/// server-side apply. Subresources are left alone.
-fn writes_object(method: &Method, headers: &http::HeaderMap, info: &RequestInfo) -> bool {
-    if info.subresource.is_some() {
-        return false;
+/// The verb a write is recorded under in the run history: writes of objects and of their status;
+/// other subresources (logs, exec, scale) are not objects the run changed.
+fn recorded_verb(method: &Method, headers: &http::HeaderMap, info: &RequestInfo) -> Option<&'static str> {
+    if info.subresource.as_deref().is_some_and(|sub| sub != "status") {
+        return None;
     }
     match *method {
-        Method::POST => info.name.is_none(),
-        Method::PUT => info.name.is_some(),
-        Method::PATCH => content_type(headers).starts_with("application/apply-patch"),
-        _ => false,
+        Method::POST if info.name.is_none() => Some("create"),
+        Method::PUT if info.name.is_some() => Some("update"),
+        Method::PATCH if content_type(headers).starts_with("application/apply-patch") => Some("apply"),
+        Method::PATCH => Some("patch"),
+        Method::DELETE if info.name.is_some() => Some("delete"),
+        Method::DELETE => Some("deletecollection"),
+        _ => None,
+    }
+}
+
+/// Requests that may create an object: POST to a collection, PUT of an object, and server-side
+/// apply. Subresources are left alone.
+fn object_write(method: &Method, headers: &http::HeaderMap, info: &RequestInfo) -> Option<Write> {
+    if info.subresource.is_some() {
+        return None;
+    }
+    match *method {
+        Method::POST if info.name.is_none() => Some(Write::Create),
+        Method::PUT if info.name.is_some() => Some(Write::Replace),
+        Method::PATCH if content_type(headers).starts_with("application/apply-patch") => Some(Write::Apply),
+        _ => None,
     }
 }
 
@@ -380,12 +538,34 @@ mod tests {
         let object = RequestInfo::parse("/api/v1/namespaces/ns/configmaps/c").unwrap();
         let status = RequestInfo::parse("/apis/g/v1/namespaces/ns/things/t/status").unwrap();
         let json = headers("application/json");
-        assert!(writes_object(&Method::POST, &json, &collection));
-        assert!(writes_object(&Method::PUT, &json, &object));
-        assert!(writes_object(&Method::PATCH, &headers("application/apply-patch+yaml"), &object));
-        assert!(!writes_object(&Method::PATCH, &headers("application/merge-patch+json"), &object));
-        assert!(!writes_object(&Method::PUT, &json, &status));
-        assert!(!writes_object(&Method::GET, &json, &object));
+        assert_eq!(object_write(&Method::POST, &json, &collection), Some(Write::Create));
+        assert_eq!(object_write(&Method::PUT, &json, &object), Some(Write::Replace));
+        assert_eq!(
+            object_write(&Method::PATCH, &headers("application/apply-patch+yaml"), &object),
+            Some(Write::Apply)
+        );
+        assert_eq!(object_write(&Method::PATCH, &headers("application/merge-patch+json"), &object), None);
+        assert_eq!(object_write(&Method::PUT, &json, &status), None);
+        assert_eq!(object_write(&Method::GET, &json, &object), None);
+    }
+
+    #[test]
+    fn writes_of_objects_and_their_status_are_recorded() {
+        let object = RequestInfo::parse("/api/v1/namespaces/ns/configmaps/c").unwrap();
+        let status = RequestInfo::parse("/apis/g/v1/namespaces/ns/things/t/status").unwrap();
+        let exec = RequestInfo::parse("/api/v1/namespaces/ns/pods/p/exec").unwrap();
+        let collection = RequestInfo::parse("/api/v1/namespaces/ns/configmaps").unwrap();
+        let json = headers("application/merge-patch+json");
+        assert_eq!(recorded_verb(&Method::PATCH, &json, &object), Some("patch"));
+        assert_eq!(
+            recorded_verb(&Method::PATCH, &headers("application/apply-patch+yaml"), &object),
+            Some("apply")
+        );
+        assert_eq!(recorded_verb(&Method::PATCH, &json, &status), Some("patch"));
+        assert_eq!(recorded_verb(&Method::DELETE, &json, &object), Some("delete"));
+        assert_eq!(recorded_verb(&Method::POST, &json, &collection), Some("create"));
+        assert_eq!(recorded_verb(&Method::POST, &json, &exec), None);
+        assert_eq!(recorded_verb(&Method::GET, &json, &object), None);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The CR a run acts for, and what the proxy does to objects that run creates (upstream §7.3):
 //! an ownerReference when owner and child share a namespace (or the owner is cluster-scoped),
-//! otherwise the `operator-sdk/primary-resource` annotations.
+//! otherwise the `operator-sdk/primary-resource` annotations. Ownership follows creation: an
+//! object that existed before a run wrote it is never adopted, and a child keeps its link when the
+//! run replaces or re-applies it.
 
 use serde_json::{Map, Value, json};
 
@@ -33,7 +35,52 @@ pub enum Link {
     Annotations,
 }
 
+/// A write through the proxy that may create the object it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// POST to a collection: creates the object or fails.
+    Create,
+    /// PUT of one object: updates it, or creates it where the kind allows create-on-update.
+    Replace,
+    /// Server-side apply: creates the object, or merges into the one that exists.
+    Apply,
+}
+
+/// The object a replace or apply names, as read just before the write.
+#[derive(Debug, Clone, Copy)]
+pub enum Prior<'a> {
+    /// Not there: the write creates it.
+    Absent,
+    /// There, with this content.
+    Present(&'a Value),
+    /// Could not be read (no permission, API error): treated as somebody else's.
+    Unknown,
+}
+
+/// Whether the proxy links the object a write sends to the run's CR.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// Link it, because the write creates it.
+    Claim,
+    /// Link it again, because it already is the CR's child and a replace or apply would drop the link.
+    Keep,
+    /// Send the body as it is: the object exists and is not the CR's (it is never adopted).
+    Leave,
+}
+
 impl Owner {
+    /// What to do with the body of `write` to an object in `child_namespace`, given what was there.
+    pub fn ownership(&self, write: Write, prior: Prior<'_>, child_namespace: Option<&str>) -> Ownership {
+        match (write, prior) {
+            (Write::Create, _) | (_, Prior::Absent) => Ownership::Claim,
+            (_, Prior::Present(object)) if self.carries(self.link_for(child_namespace), object) => {
+                Ownership::Keep
+            }
+            (_, Prior::Present(_) | Prior::Unknown) => Ownership::Leave,
+        }
+    }
+
     /// How a child in `child_namespace` (`None`: cluster-scoped) is linked to this owner.
     pub fn link_for(&self, child_namespace: Option<&str>) -> Link {
         match (&self.namespace, child_namespace) {
@@ -91,14 +138,47 @@ impl Owner {
 
     /// Whether `object` is linked to this owner (by ownerReference UID or by the annotations).
     pub fn is_linked(&self, object: &Value) -> bool {
+        self.carries(Link::OwnerReference, object) || self.carries(Link::Annotations, object)
+    }
+
+    /// Whether `object` carries this owner's `link`.
+    pub fn carries(&self, link: Link, object: &Value) -> bool {
         let metadata = &object["metadata"];
-        let by_ref = metadata["ownerReferences"]
-            .as_array()
-            .is_some_and(|refs| refs.iter().any(|r| r["uid"] == self.uid.as_str()));
-        let annotations = &metadata["annotations"];
-        by_ref
-            || (annotations[PRIMARY_RESOURCE] == self.resource_annotation().as_str()
-                && annotations[PRIMARY_RESOURCE_TYPE] == self.type_annotation().as_str())
+        match link {
+            Link::OwnerReference => metadata["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == self.uid.as_str())),
+            Link::Annotations => {
+                let annotations = &metadata["annotations"];
+                annotations[PRIMARY_RESOURCE] == self.resource_annotation().as_str()
+                    && annotations[PRIMARY_RESOURCE_TYPE] == self.type_annotation().as_str()
+            }
+        }
+    }
+
+    /// A merge patch that takes this owner's `link` off `object` (as read, with its
+    /// resourceVersion, so a concurrent change makes the patch fail instead of being overwritten).
+    /// `None` when the object does not carry it.
+    pub fn unlink_patch(&self, link: Link, object: &Value) -> Option<Value> {
+        if !self.carries(link, object) {
+            return None;
+        }
+        let metadata = &object["metadata"];
+        let resource_version = metadata["resourceVersion"].clone();
+        Some(match link {
+            Link::OwnerReference => {
+                let others: Vec<&Value> = metadata["ownerReferences"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r["uid"] != self.uid.as_str())
+                    .collect();
+                json!({"metadata": {"resourceVersion": resource_version, "ownerReferences": others}})
+            }
+            Link::Annotations => json!({"metadata": {"resourceVersion": resource_version, "annotations": {
+                PRIMARY_RESOURCE: null, PRIMARY_RESOURCE_TYPE: null,
+            }}}),
+        })
     }
 }
 
@@ -155,6 +235,68 @@ mod tests {
         assert_eq!(refs.len(), 2);
         assert_eq!(refs[0], theirs);
         assert!(owner.is_linked(&body));
+    }
+
+    #[test]
+    fn creates_are_claimed_and_replaces_or_applies_claim_only_what_is_absent() {
+        let owner = owner(Some("ns"));
+        for write in [Write::Replace, Write::Apply] {
+            assert_eq!(owner.ownership(write, Prior::Absent, Some("ns")), Ownership::Claim, "{write:?}");
+        }
+        let theirs = json!({"metadata": {"name": "c", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "u-0"}]}});
+        assert_eq!(owner.ownership(Write::Create, Prior::Present(&theirs), Some("ns")), Ownership::Claim);
+        for write in [Write::Replace, Write::Apply] {
+            assert_eq!(owner.ownership(write, Prior::Present(&theirs), Some("ns")), Ownership::Leave);
+            assert_eq!(owner.ownership(write, Prior::Unknown, Some("ns")), Ownership::Leave);
+        }
+    }
+
+    #[test]
+    fn an_existing_child_keeps_its_link_on_replace_and_apply() {
+        let owner = owner(Some("ns"));
+        let mut ours = json!({"metadata": {"name": "c"}});
+        let _ = owner.inject(&mut ours, Some("ns"));
+        let mut annotated = json!({"metadata": {"name": "c"}});
+        let _ = owner.inject(&mut annotated, Some("other"));
+        for write in [Write::Replace, Write::Apply] {
+            assert_eq!(owner.ownership(write, Prior::Present(&ours), Some("ns")), Ownership::Keep);
+            assert_eq!(owner.ownership(write, Prior::Present(&annotated), Some("other")), Ownership::Keep);
+            // The link must be the one this child's place calls for.
+            assert_eq!(owner.ownership(write, Prior::Present(&annotated), Some("ns")), Ownership::Leave);
+        }
+    }
+
+    #[test]
+    fn another_owner_of_the_same_name_is_not_this_owner() {
+        let mut other = owner(Some("ns"));
+        other.uid = "u-2".into();
+        let mut object = json!({"metadata": {}});
+        let _ = other.inject(&mut object, Some("ns"));
+        assert_eq!(
+            owner(Some("ns")).ownership(Write::Apply, Prior::Present(&object), Some("ns")),
+            Ownership::Leave
+        );
+    }
+
+    #[test]
+    fn unlinking_removes_only_this_owner_and_is_guarded_by_the_resource_version() {
+        let owner = owner(Some("ns"));
+        let theirs = json!({"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "u-0"});
+        let mut object = json!({"metadata": {"resourceVersion": "7", "ownerReferences": [theirs.clone()]}});
+        assert_eq!(owner.unlink_patch(Link::OwnerReference, &object), None);
+        let _ = owner.inject(&mut object, Some("ns"));
+        assert_eq!(
+            owner.unlink_patch(Link::OwnerReference, &object),
+            Some(json!({"metadata": {"resourceVersion": "7", "ownerReferences": [theirs]}}))
+        );
+        let mut annotated = json!({"metadata": {"resourceVersion": "3", "annotations": {"keep": "me"}}});
+        let _ = owner.inject(&mut annotated, Some("other"));
+        assert_eq!(
+            owner.unlink_patch(Link::Annotations, &annotated),
+            Some(json!({"metadata": {"resourceVersion": "3", "annotations": {
+                "operator-sdk/primary-resource": null, "operator-sdk/primary-resource-type": null}}}))
+        );
     }
 
     #[test]
