@@ -1,28 +1,43 @@
 #!/usr/bin/env bash
-# Installs the Ansible toolchain the operator runs playbooks with into <repo>/.venv:
-# pinned ansible-core, ansible-runner, the kubernetes client and pytest (hack/requirements-ansible.txt),
-# the kubernetes.core collection (extracted from the `ansible` community wheel, since Galaxy may be
-# unreachable) and the repository's own operator_sdk.util collection (symlinked, so edits apply at once).
+# Installs the Ansible toolchain the operator runs playbooks with into a venv (default <repo>/.venv):
+# pinned ansible-core, ansible-runner, the kubernetes client and pytest (hack/toolchains/<T>/requirements.txt),
+# the kubernetes.core collection (extracted from the `ansible` community wheel named in
+# hack/toolchains/<T>/bundle, since Galaxy may be unreachable) and the repository's own
+# operator_sdk.util collection (symlinked, so edits apply at once), and the warm executor's worker
+# package (worker/, put on the venv's import path).
+#   ANSIBLE_TOOLCHAIN  2.18 (default: upstream's base image) or 2.19 (the current ansible-core line)
+#   ANSIBLE_VENV       where to install (default <repo>/.venv); a venv of another toolchain is rebuilt
 # Idempotent: the pip step is skipped when the requirements file is unchanged, the wheel is cached.
 set -euo pipefail
 
-ANSIBLE_BUNDLE_VERSION="12.3.0"
-ANSIBLE_BUNDLE_SHA256="cd156f82fa87f7a899212b0efa9f7ca3a24d609212de9f78428a572eb01e5414"
-
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
-venv="${repo}/.venv"
-requirements="${repo}/hack/requirements-ansible.txt"
+toolchain="${ANSIBLE_TOOLCHAIN:-2.18}"
+toolchain_dir="${repo}/hack/toolchains/${toolchain}"
+venv="${ANSIBLE_VENV:-${repo}/.venv}"
+requirements="${toolchain_dir}/requirements.txt"
 own_collection="${repo}/collections/ansible_collections/operator_sdk/util"
 cache_dir="${XDG_CACHE_HOME:-${HOME}/.cache}/ansible-operator"
 python="${PYTHON:-python3}"
 
 log() { printf '[install-ansible] %s\n' "$*" >&2; }
 
-# 1. venv with the pinned Python packages.
+if [[ ! -f "${requirements}" || ! -f "${toolchain_dir}/bundle" ]]; then
+  log "error: ANSIBLE_TOOLCHAIN=${toolchain} is not one of: $(ls "${repo}/hack/toolchains" | tr '\n' ' ')"
+  exit 1
+fi
+# ANSIBLE_BUNDLE_VERSION and ANSIBLE_BUNDLE_SHA256.
+# shellcheck source=/dev/null
+source "${toolchain_dir}/bundle"
+
+# 1. venv with the pinned Python packages; a venv of another toolchain is rebuilt from scratch.
+if [[ -x "${venv}/bin/python" && "$(cat "${venv}/.toolchain" 2>/dev/null || true)" != "${toolchain}" ]]; then
+  log "rebuilding ${venv}: it holds toolchain '$(cat "${venv}/.toolchain" 2>/dev/null || echo unknown)', ${toolchain} was asked for"
+  rm -rf "${venv}"
+fi
 req_sha="$(sha256sum "${requirements}" | cut -d' ' -f1)"
 stamp="${venv}/.installed-${req_sha}"
 if [[ -f "${stamp}" ]]; then
-  log "python packages up to date (${stamp#"${repo}/"})"
+  log "python packages of toolchain ${toolchain} up to date (${stamp})"
 else
   if [[ ! -x "${venv}/bin/python" ]]; then
     log "creating venv ${venv} with $("${python}" --version 2>&1)"
@@ -31,6 +46,7 @@ else
   log "installing pinned packages from ${requirements#"${repo}/"}"
   "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${requirements}"
   rm -f "${venv}"/.installed-*
+  echo "${toolchain}" > "${venv}/.toolchain"
   touch "${stamp}"
 fi
 
@@ -63,7 +79,7 @@ k8s_core_marker="${collections_dir}/kubernetes/core/.from-ansible-${ANSIBLE_BUND
 if [[ -f "${k8s_core_marker}" ]]; then
   log "kubernetes.core already extracted"
 else
-  log "extracting kubernetes.core into ${collections_dir#"${repo}/"}"
+  log "extracting kubernetes.core from ansible ${ANSIBLE_BUNDLE_VERSION} into ${collections_dir}"
   rm -rf "${collections_dir}/kubernetes/core"
   "${venv}/bin/python" - "${wheel}" "${site_packages}" <<'PY'
 import sys
@@ -98,10 +114,18 @@ else
   ln -sfn "${own_collection}" "${link}"
 fi
 
-# 4. Verify that the pieces are usable.
+# 4. The warm executor's worker package (worker/ansible_operator_worker), live from the repository.
+worker_pth="${site_packages}/ansible_operator_worker.pth"
+if [[ "$(cat "${worker_pth}" 2>/dev/null || true)" != "${repo}/worker" ]]; then
+  log "adding ${repo}/worker to the venv's import path (the warm executor's worker)"
+  echo "${repo}/worker" > "${worker_pth}"
+fi
+
+# 5. Verify that the pieces are usable.
 log "verifying"
 "${venv}/bin/ansible-doc" kubernetes.core.k8s >/dev/null
 "${venv}/bin/ansible-doc" operator_sdk.util.k8s_status >/dev/null
+"${venv}/bin/python" -c 'import ansible_operator_worker.zygote'
 runner_version="$("${venv}/bin/ansible-runner" --version)"
 core_version="$("${venv}/bin/python" -c 'import ansible.release as r; print(r.__version__)')"
-log "ok: ansible-core ${core_version}, ansible-runner ${runner_version}, kubernetes.core and operator_sdk.util in ${collections_dir}"
+log "ok: toolchain ${toolchain}: ansible-core ${core_version}, ansible-runner ${runner_version}, kubernetes.core and operator_sdk.util in ${collections_dir}"

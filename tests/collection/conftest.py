@@ -1,6 +1,7 @@
 """Fixtures for the operator_sdk.util collection tests: playbook runs, a real API server, test CRDs.
 
-Run with `.venv/bin/python -m pytest tests/collection -q` after `hack/install-ansible.sh`. The cluster
+Run with `.venv/bin/python -m pytest tests/collection -q` after `hack/install-ansible.sh`; the venv whose
+Python runs pytest is the one tested (`.venv-2.19/bin/python -m pytest ...` tests the newer toolchain). The cluster
 tests use the kube-apiserver named by $KUBECONFIG (default: the local control plane's
 `.local/cluster/kubeconfig`) and are skipped when there is no kubeconfig at all.
 """
@@ -8,6 +9,7 @@ tests use the kube-apiserver named by $KUBECONFIG (default: the local control pl
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_BIN = REPO / ".venv" / "bin"
+VENV_BIN = Path(sys.executable).parent
 DEFAULT_KUBECONFIG = REPO / ".local" / "cluster" / "kubeconfig"
 CALLBACK_PLUGINS = Path(__file__).resolve().parent / "callback_plugins"
 
