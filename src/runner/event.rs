@@ -56,6 +56,16 @@ impl Line {
         }
         Line::Text(trimmed.to_string())
     }
+
+    /// What a person reads of this line in the run's log: an event's stdout (nothing when empty),
+    /// or the text itself.
+    pub fn readable(&self) -> Option<&str> {
+        match self {
+            Line::Event(event) if event.stdout.is_empty() => None,
+            Line::Event(event) => Some(&event.stdout),
+            Line::Text(text) => Some(text),
+        }
+    }
 }
 
 #[cfg(test)]

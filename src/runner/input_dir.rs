@@ -35,6 +35,8 @@ pub struct RunSpec {
     pub role_skip_facts: bool,
     /// Key, known_hosts and host key policy for runs that reach hosts over SSH.
     pub ssh: Option<Ssh>,
+    /// The watch's `executor`; `None` runs on `--ansible-executor`.
+    pub executor: Option<crate::executor::Executor>,
 }
 
 /// The runner's inventory.
@@ -190,6 +192,7 @@ mod tests {
             inventory: Inventory::Localhost { python: None },
             role_skip_facts: true,
             ssh: None,
+            executor: None,
         }
     }
 

@@ -11,15 +11,15 @@ pub mod ssh;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::Command;
 
 pub use input_dir::{Inventory, RunSpec};
 
 use crate::cli::LogEvents;
+use crate::executor::{self, Launch, Launcher};
+use crate::history::live::Registration;
 use crate::outcome::Outcome;
 use active::ActiveRuns;
 use event::Line;
@@ -41,7 +41,17 @@ pub struct Settings {
     pub debug_logs: bool,
     /// The runs in flight, for shutdown.
     pub active: Arc<ActiveRuns>,
+    /// Starts each run on the executor its watch asks for.
+    pub launcher: Arc<Launcher>,
 }
+
+/// Variables every run's ansible-runner gets on top of the operator's environment (the warm
+/// worker is started with them too, so Ansible reads the same settings at import).
+pub const RUN_ENVIRONMENT: [(&str, &str); 2] = [
+    ("PYTHONUNBUFFERED", "1"),
+    // Colour codes would end up in status messages and log fields.
+    ("ANSIBLE_NOCOLOR", "1"),
+];
 
 /// What a finished run tells.
 #[derive(Debug, Clone, Default)]
@@ -50,8 +60,10 @@ pub struct Report {
     pub outcome: Outcome,
     /// The last lines ansible-runner printed outside events (errors, tracebacks).
     pub output: Vec<String>,
-    /// Exit code of ansible-runner (`None` if killed by a signal).
-    pub exit_code: Option<i32>,
+    /// How ansible-runner ended.
+    pub exit: executor::Exit,
+    /// The executor that ran it.
+    pub executor: executor::Executor,
 }
 
 impl Report {
@@ -59,10 +71,11 @@ impl Report {
     pub fn error_text(&self) -> String {
         let text = self.output.join("\n");
         let text = text.trim();
-        match self.exit_code {
+        match (self.exit.code, self.exit.signal) {
             _ if !text.is_empty() => text.to_string(),
-            Some(code) => format!("ansible-runner exited with code {code} and printed nothing"),
-            None => "ansible-runner was killed by a signal".to_string(),
+            (Some(code), _) => format!("ansible-runner exited with code {code} and printed nothing"),
+            (None, Some(signal)) => format!("ansible-runner was killed by signal {signal}"),
+            (None, None) => "ansible-runner ended and printed nothing".to_string(),
         }
     }
 }
@@ -79,23 +92,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// ansible-runner could not be started (not installed, not executable).
-    #[error("start {program}")]
-    Spawn {
-        /// The program.
-        program: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// Waiting for ansible-runner failed.
-    #[error("wait for ansible-runner")]
-    Wait(#[source] std::io::Error),
+    /// ansible-runner could not be started, or followed to its end.
+    #[error(transparent)]
+    Execute(#[from] executor::Error),
 }
 
-/// Runs ansible-runner for one reconcile and follows it to the end. Dropping the future kills the
-/// whole process tree.
-pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
+/// Runs ansible-runner for one reconcile and follows it to the end, its output going to `live` as it
+/// comes. Dropping the future kills the whole process tree.
+pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration>) -> Result<Report, Error> {
     let write_error = |source| Error::WriteInput { dir: spec.dir.clone(), source };
     input_dir::write(spec).map_err(write_error)?;
     let _forget_key = scopeguard(|| ssh::forget(&spec.dir, &spec.ident));
@@ -109,27 +113,21 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
         // Without this, an inventory Ansible cannot read is a warning and the play runs on no host.
         ssh_env.push(("ANSIBLE_INVENTORY_UNPARSED_FAILED".into(), "True".into()));
     }
-    let env = spec.env_vars.iter().filter_map(|(key, value)| Some((key.as_str(), value.as_str()?)));
-    let mut child = Command::new(&settings.program)
-        .args(spec.argv())
-        .envs(env)
-        .envs(ssh_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env("PYTHONUNBUFFERED", "1")
-        // Colour codes would end up in status messages and log fields.
-        .env("ANSIBLE_NOCOLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| Error::Spawn { program: settings.program.clone(), source })?;
-    let pid = child.id().unwrap_or_default();
+    let mut env: Vec<(String, String)> = spec
+        .env_vars
+        .iter()
+        .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+        .collect();
+    env.extend(ssh_env);
+    env.extend(RUN_ENVIRONMENT.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let launch = Launch { id: &spec.ident, program: &settings.program, argv: spec.argv(), env };
+    let mut started = settings.launcher.start(spec.executor, launch).await?;
+    let pid = started.pid;
     let mut tree = ProcessTree::new(pid);
     settings.active.add(pid);
     let _forget = scopeguard(|| settings.active.remove(pid));
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let stderr = child.stderr.take().expect("stderr is piped");
+    let stdout = std::mem::replace(&mut started.stdout, Box::new(tokio::io::empty()));
+    let stderr = std::mem::replace(&mut started.stderr, Box::new(tokio::io::empty()));
 
     let mut outcome = Outcome::default();
     let mut output = VecDeque::new();
@@ -137,24 +135,37 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
     let mut stderr_lines = VecDeque::new();
     let mut transcript = settings.debug_logs.then(String::new);
     let (_, _, status) = tokio::join!(
-        read_lines(stdout, |line| match Line::parse(&line) {
-            Line::Event(event) => {
-                logger.log(&event);
-                if let Some(transcript) = transcript.as_mut().filter(|_| !event.stdout.is_empty()) {
-                    transcript.push_str(&strip_ansi(&event.stdout));
-                    transcript.push('\n');
-                }
-                if matches!(event.event.as_str(), "verbose" | "error") {
-                    push_bounded(&mut output, strip_ansi(event.stdout.trim_end()));
-                }
-                outcome.observe(&event);
+        read_lines(stdout, |line| {
+            let line = Line::parse(&line);
+            if let (Some(live), Some(text)) = (live, line.readable()) {
+                live.write(&strip_ansi(text));
             }
-            Line::Text(text) => push_bounded(&mut output, strip_ansi(&text)),
+            match line {
+                Line::Event(event) => {
+                    logger.log(&event);
+                    if let Some(transcript) = transcript.as_mut().filter(|_| !event.stdout.is_empty()) {
+                        transcript.push_str(&strip_ansi(&event.stdout));
+                        transcript.push('\n');
+                    }
+                    if matches!(event.event.as_str(), "verbose" | "error") {
+                        push_bounded(&mut output, strip_ansi(event.stdout.trim_end()));
+                    }
+                    outcome.observe(&event);
+                }
+                Line::Text(text) => push_bounded(&mut output, strip_ansi(&text)),
+            }
         }),
         read_lines(stderr, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
-        child.wait(),
+        async {
+            let exit = started.wait().await;
+            if exit.is_err() {
+                // Nobody will report this run's end (its worker is gone): end it, so its output ends.
+                tree.kill();
+            }
+            exit
+        },
     );
-    let status = status.map_err(Error::Wait)?;
+    let exit = status?;
     tree.root_exited();
     drop(tree);
     logger.finish(&outcome);
@@ -171,7 +182,8 @@ pub async fn run(settings: &Settings, spec: &RunSpec) -> Result<Report, Error> {
     output.extend(stderr_lines);
     let output: Vec<String> = output.into_iter().filter(|line| !line.is_empty()).collect();
     let skip = output.len().saturating_sub(OUTPUT_TAIL);
-    Ok(Report { outcome, output: output.into_iter().skip(skip).collect(), exit_code: status.code() })
+    let executor = started.executor;
+    Ok(Report { outcome, output: output.into_iter().skip(skip).collect(), exit, executor })
 }
 
 /// Runs `f` when dropped (whether the run ends or is cancelled).

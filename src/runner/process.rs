@@ -38,6 +38,11 @@ impl ProcessTree {
         signal_all(&self.members(), Signal::SIGKILL);
     }
 
+    /// SIGKILL to the whole tree now.
+    pub fn kill(&self) {
+        signal_all(&self.members(), Signal::SIGKILL);
+    }
+
     /// The root (unless it has exited) and all its living descendants.
     fn members(&self) -> Vec<u32> {
         let mut members = descendants(self.root);
@@ -50,7 +55,7 @@ impl ProcessTree {
 
 impl Drop for ProcessTree {
     fn drop(&mut self) {
-        signal_all(&self.members(), Signal::SIGKILL);
+        self.kill();
     }
 }
 

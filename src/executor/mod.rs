@@ -1,0 +1,187 @@
+//! Where a run's ansible-runner executes. `cold` starts the program as a child process, as upstream
+//! does. `warm` has the supervised Python worker (`worker/ansible_operator_worker`) fork a process
+//! that runs the same ansible-runner code with Ansible, ansible-runner and the kubernetes client
+//! already imported. Both give a [`Started`] run: the pid at the root of the run's process tree, its
+//! stdout and stderr, and its exit, so nothing downstream (events, status, metrics) can tell which
+//! executor ran.
+
+pub mod protocol;
+mod seqpacket;
+pub mod worker;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+
+use tokio::io::AsyncRead;
+use tokio::process::{Child, Command};
+
+use crate::metrics::Metrics;
+pub use worker::Worker;
+
+/// Which executor runs Ansible (`--ansible-executor`, the watch key `executor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Executor {
+    /// Forked from the supervised Python worker that has Ansible imported already.
+    #[default]
+    Warm,
+    /// A new `ansible-runner` process per run.
+    Cold,
+}
+
+impl Executor {
+    /// The name used in flags, watches.yaml, logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Executor::Warm => "warm",
+            Executor::Cold => "cold",
+        }
+    }
+}
+
+/// One run to start: ansible-runner with these arguments, in the operator's environment plus `env`.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    /// The run's id (its ansible-runner ident).
+    pub id: &'a str,
+    /// The `ansible-runner` program.
+    pub program: &'a Path,
+    /// Its arguments.
+    pub argv: Vec<OsString>,
+    /// Variables added to the operator's environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// How a run's process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Exit {
+    /// The exit status, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+}
+
+impl From<std::process::ExitStatus> for Exit {
+    fn from(status: std::process::ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt;
+        Exit { code: status.code(), signal: status.signal() }
+    }
+}
+
+/// Why a run could not start or be followed to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The program could not be started (not installed, not executable).
+    #[error("start {program}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Waiting for the process failed.
+    #[error("wait for ansible-runner")]
+    Wait(#[source] std::io::Error),
+    /// The warm worker could not start the run, or ended while it ran.
+    #[error(transparent)]
+    Worker(#[from] worker::Error),
+}
+
+/// A stream of a run's output.
+pub type Output = Box<dyn AsyncRead + Send + Unpin>;
+
+/// A run whose process exists.
+pub struct Started {
+    /// The root of the run's process tree.
+    pub pid: u32,
+    /// ansible-runner's stdout (the JSON event stream).
+    pub stdout: Output,
+    /// ansible-runner's stderr.
+    pub stderr: Output,
+    /// The executor that started it.
+    pub executor: Executor,
+    waiter: Waiter,
+}
+
+enum Waiter {
+    Child(Child),
+    Worker(worker::RunHandle),
+}
+
+impl Started {
+    /// Waits for the run's process to end.
+    pub async fn wait(&mut self) -> Result<Exit, Error> {
+        match &mut self.waiter {
+            Waiter::Child(child) => child.wait().await.map(Exit::from).map_err(Error::Wait),
+            Waiter::Worker(handle) => Ok(handle.exited().await?),
+        }
+    }
+}
+
+/// Starts runs on the executor each watch asks for.
+#[derive(Debug)]
+pub struct Launcher {
+    default: Executor,
+    worker: Option<Arc<Worker>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Launcher {
+    /// Runs on `default` unless a watch says otherwise; `worker` serves the warm runs (`None`
+    /// when no watch runs warm, or the worker cannot be used at all: those run cold).
+    pub fn new(default: Executor, worker: Option<Arc<Worker>>, metrics: Arc<Metrics>) -> Self {
+        Launcher { default, worker, metrics }
+    }
+
+    /// Stops the warm worker, if there is one. Call it once no run is in flight any more.
+    pub async fn stop(&self) {
+        if let Some(worker) = &self.worker {
+            worker.stop().await;
+        }
+    }
+
+    /// Starts a run on `chosen` (the watch's `executor`), or the default.
+    pub async fn start(&self, chosen: Option<Executor>, launch: Launch<'_>) -> Result<Started, Error> {
+        if chosen.unwrap_or(self.default) == Executor::Warm {
+            match &self.worker {
+                Some(worker) => match worker.start(&launch).await {
+                    Ok(started) => return Ok(started),
+                    Err(worker::Error::Unavailable { reason }) => {
+                        tracing::debug!(reason, "the warm worker is not available: running cold");
+                        self.metrics.executor_fallback("worker_unavailable");
+                    }
+                    Err(error) => return Err(error.into()),
+                },
+                None => self.metrics.executor_fallback("worker_unavailable"),
+            }
+        }
+        self.metrics.executor_run(Executor::Cold);
+        start_cold(launch)
+    }
+}
+
+/// ansible-runner as a child process in its own process group.
+fn start_cold(launch: Launch<'_>) -> Result<Started, Error> {
+    let mut child = Command::new(launch.program)
+        .args(&launch.argv)
+        .envs(launch.env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| Error::Spawn { program: launch.program.to_path_buf(), source })?;
+    let pid = child.id().unwrap_or_default();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    Ok(Started {
+        pid,
+        stdout: Box::new(stdout),
+        stderr: Box::new(stderr),
+        executor: Executor::Cold,
+        waiter: Waiter::Child(child),
+    })
+}

@@ -1,0 +1,534 @@
+//! The warm worker: the Python process (`python -m ansible_operator_worker`) that forks runs,
+//! supervised. It starts with the operator; when it dies, the runs it was serving fail with a clear
+//! error (their process trees are ended by the runner as they are dropped) and it is started again
+//! with backoff, new runs going cold meanwhile; it stops with the operator.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::fcntl::OFlag;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::net::unix::pipe;
+use tokio::process::{Child, Command};
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::protocol::{Message, RunRequest, Versions};
+use super::seqpacket::SeqPacket;
+use super::{Executor, Exit, Launch, Started, Waiter};
+use crate::metrics::Metrics;
+
+/// How long the worker may take to import everything and say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest wait between restarts of a worker that keeps failing.
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+/// A worker that ran this long before it died is restarted at once.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+/// How often the worker's memory is read for the metrics.
+const RSS_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How to start the worker.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The interpreter ansible-runner runs on (the worker must import the same Ansible).
+    pub python: PathBuf,
+    /// Variables added to the operator's environment: those every run gets, so what Ansible reads
+    /// at import in the worker is what it would read in a run.
+    pub env: Vec<(String, String)>,
+    /// The worker's working directory (where Ansible looks for an ansible.cfg at import): the
+    /// runner directory, like the runs' own.
+    pub cwd: PathBuf,
+}
+
+/// Why a warm run did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The worker is starting again, or cannot start: the run goes cold.
+    #[error("the warm worker is not available: {reason}")]
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+    /// The worker ended while the run was in flight.
+    #[error("the warm Ansible worker (pid {pid}) ended during the run ({how}); it is being restarted")]
+    Lost {
+        /// The worker's pid.
+        pid: u32,
+        /// How it ended.
+        how: String,
+    },
+    /// The worker could not fork the run.
+    #[error("the warm worker could not start the run: {0}")]
+    SpawnFailed(String),
+    /// Talking to the worker failed.
+    #[error("send the run to the warm worker")]
+    Io(#[source] io::Error),
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Starting,
+    Ready(Arc<Connection>),
+    Down(String),
+}
+
+/// The supervised worker.
+#[derive(Debug)]
+pub struct Worker {
+    state: watch::Receiver<State>,
+    shutdown: CancellationToken,
+    supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Worker {
+    /// Starts the worker and its supervisor, which runs until [`Worker::stop`].
+    pub fn spawn(config: Config, metrics: Arc<Metrics>) -> Arc<Worker> {
+        let (state_tx, state) = watch::channel(State::Starting);
+        let shutdown = CancellationToken::new();
+        let supervisor = tokio::spawn(supervise(config, state_tx, metrics, shutdown.clone()));
+        Arc::new(Worker { state, shutdown, supervisor: Mutex::new(Some(supervisor)) })
+    }
+
+    /// Stops the worker (it ends any run it still serves) and waits for it to exit.
+    pub async fn stop(&self) {
+        self.shutdown.cancel();
+        let supervisor = self.supervisor.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(supervisor) = supervisor {
+            let _ = supervisor.await;
+        }
+    }
+
+    /// Starts a run in the worker. While the worker starts for the first time the run waits for
+    /// it; while it restarts, or when it cannot start, [`Error::Unavailable`] sends the run cold.
+    pub async fn start(&self, launch: &Launch<'_>) -> Result<Started, Error> {
+        let mut state = self.state.clone();
+        let connection = loop {
+            let current = state.borrow_and_update().clone();
+            match current {
+                State::Ready(connection) => break connection,
+                State::Down(reason) => return Err(Error::Unavailable { reason }),
+                State::Starting => match tokio::time::timeout(READY_TIMEOUT, state.changed()).await {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(_)) => {
+                        return Err(Error::Unavailable { reason: "the operator is stopping".into() });
+                    }
+                    Err(_) => return Err(Error::Unavailable { reason: "still starting".into() }),
+                },
+            }
+        };
+        connection.start(launch).await
+    }
+}
+
+/// A run of the worker, until its process ends.
+pub struct RunHandle {
+    id: String,
+    exited: oneshot::Receiver<Result<Exit, Error>>,
+    connection: Arc<Connection>,
+}
+
+impl RunHandle {
+    /// Waits until the worker reports the run's process ended (or the worker itself did).
+    pub async fn exited(&mut self) -> Result<Exit, Error> {
+        match (&mut self.exited).await {
+            Ok(result) => result,
+            Err(_) => Err(self.connection.lost_error()),
+        }
+    }
+}
+
+impl Drop for RunHandle {
+    fn drop(&mut self) {
+        self.connection.runs().remove(&self.id);
+    }
+}
+
+/// What the operator waits for of one run.
+#[derive(Debug)]
+struct Pending {
+    started: Option<oneshot::Sender<Result<u32, Error>>>,
+    exited: Option<oneshot::Sender<Result<Exit, Error>>>,
+}
+
+/// One started worker process.
+#[derive(Debug)]
+struct Connection {
+    socket: SeqPacket,
+    pid: u32,
+    runs: Mutex<HashMap<String, Pending>>,
+    /// How the worker ended, once it has.
+    ended: Mutex<Option<String>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Connection {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lost_error(&self) -> Error {
+        let how = self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Error::Lost { pid: self.pid, how: how.unwrap_or_else(|| "its connection closed".into()) }
+    }
+
+    async fn start(self: &Arc<Self>, launch: &Launch<'_>) -> Result<Started, Error> {
+        let request = request(launch)?;
+        let (stdout, stdout_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::Io(e.into()))?;
+        let (stderr, stderr_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::Io(e.into()))?;
+        let (started_tx, started) = oneshot::channel();
+        let (exited_tx, exited) = oneshot::channel();
+        self.runs()
+            .insert(launch.id.to_string(), Pending { started: Some(started_tx), exited: Some(exited_tx) });
+        // From here the handle takes the run out of `runs` however this ends.
+        let handle = RunHandle { id: launch.id.to_string(), exited, connection: self.clone() };
+        if self.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return Err(Error::Unavailable { reason: "the worker has just ended".into() });
+        }
+        let message = serde_json::to_vec(&request).map_err(|e| Error::Io(io::Error::other(e)))?;
+        self.socket.send(&message, &[stdout_w.as_fd(), stderr_w.as_fd()]).await.map_err(Error::Io)?;
+        drop((stdout_w, stderr_w));
+        let pid = match started.await {
+            Ok(result) => result?,
+            Err(_) => return Err(self.lost_error()),
+        };
+        let stdout = pipe::Receiver::from_owned_fd(stdout).map_err(Error::Io)?;
+        let stderr = pipe::Receiver::from_owned_fd(stderr).map_err(Error::Io)?;
+        Ok(Started {
+            pid,
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            executor: Executor::Warm,
+            waiter: Waiter::Worker(handle),
+        })
+    }
+
+    /// Delivers what the worker says, until it stops talking.
+    async fn dispatch(self: Arc<Self>) {
+        loop {
+            let bytes = match self.socket.recv().await {
+                Ok(Some(bytes)) => bytes,
+                Ok(None) => return,
+                Err(error) => {
+                    tracing::warn!(worker_pid = self.pid, %error, "reading from the warm worker failed");
+                    return;
+                }
+            };
+            match serde_json::from_slice::<Message>(&bytes) {
+                Ok(message) => self.deliver(message),
+                Err(error) => {
+                    tracing::warn!(worker_pid = self.pid, %error, "unexpected message from the warm worker")
+                }
+            }
+        }
+    }
+
+    fn deliver(&self, message: Message) {
+        match message {
+            Message::Started { id, pid } => {
+                if let Some(sender) = self.runs().get_mut(&id).and_then(|p| p.started.take()) {
+                    let _ = sender.send(Ok(pid));
+                }
+            }
+            Message::SpawnFailed { id, error } => {
+                if let Some(sender) = self.runs().get_mut(&id).and_then(|p| p.started.take()) {
+                    let _ = sender.send(Err(Error::SpawnFailed(error)));
+                }
+            }
+            Message::Mode { id, mode, reason } => {
+                if mode == "warm" {
+                    self.metrics.executor_run(Executor::Warm);
+                } else {
+                    tracing::debug!(job = id, reason, "the playbook runs cold");
+                    self.metrics.executor_run(Executor::Cold);
+                    self.metrics.executor_fallback(fallback_reason(&reason));
+                }
+            }
+            Message::Exited { id, code, signal } => {
+                if let Some(sender) = self.runs().get_mut(&id).and_then(|p| p.exited.take()) {
+                    let _ = sender.send(Ok(Exit { code, signal }));
+                }
+            }
+            Message::Ready { .. } => {}
+        }
+    }
+
+    /// The worker ended: every run it served fails.
+    fn lose(&self, how: String) {
+        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
+        let runs: Vec<Pending> = self.runs().drain().map(|(_, pending)| pending).collect();
+        for mut pending in runs {
+            if let Some(sender) = pending.started.take() {
+                let _ = sender.send(Err(self.lost_error()));
+            }
+            if let Some(sender) = pending.exited.take() {
+                let _ = sender.send(Err(self.lost_error()));
+            }
+        }
+    }
+}
+
+/// The metric label for a fallback reason the worker gave (low cardinality).
+fn fallback_reason(reason: &str) -> &'static str {
+    if reason.starts_with("Ansible settings") {
+        "settings"
+    } else if reason.starts_with("variables Python reads") {
+        "environment"
+    } else if reason.contains(" runs on ") {
+        "interpreter"
+    } else if reason.starts_with("ansible-runner") || reason.contains("not on PATH") {
+        "command"
+    } else {
+        "other"
+    }
+}
+
+/// The run request for `launch`: the operator's environment plus the run's, as a cold run gets.
+fn request<'a>(launch: &'a Launch<'_>) -> Result<RunRequest<'a>, Error> {
+    let not_text = |what: &str| Error::Unavailable { reason: format!("{what} is not UTF-8") };
+    let argv = launch
+        .argv
+        .iter()
+        .map(|arg| arg.to_str().map(str::to_string).ok_or_else(|| not_text("an argument")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut env = BTreeMap::new();
+    for (name, value) in std::env::vars_os() {
+        let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
+            return Err(not_text("the environment"));
+        };
+        env.insert(name.to_string(), value.to_string());
+    }
+    env.extend(launch.env.iter().cloned());
+    let cwd = std::env::current_dir().map_err(Error::Io)?;
+    let cwd = cwd.to_str().ok_or_else(|| not_text("the working directory"))?.to_string();
+    Ok(RunRequest { id: launch.id, argv, env, cwd })
+}
+
+/// Keeps a worker running until `shutdown`.
+async fn supervise(
+    config: Config,
+    state: watch::Sender<State>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let mut failures = 0u32;
+    loop {
+        let launched = tokio::select! {
+            launched = launch(&config, &metrics) => launched,
+            _ = shutdown.cancelled() => return,
+        };
+        match launched {
+            Ok((child, connection)) => {
+                state.send_replace(State::Ready(connection.clone()));
+                let up_since = tokio::time::Instant::now();
+                let Some(how) = watch_until_exit(child, &connection, &metrics, &shutdown).await else {
+                    return;
+                };
+                tracing::warn!(
+                    worker_pid = connection.pid,
+                    how,
+                    "the warm Ansible worker ended: its runs fail, new runs go cold until it is back"
+                );
+                state.send_replace(State::Down(format!("it ended ({how}) and is restarting")));
+                connection.lose(how);
+                metrics.executor_worker_restarted();
+                metrics.executor_worker_rss(0);
+                failures = if up_since.elapsed() >= STABLE_AFTER { 0 } else { failures + 1 };
+            }
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(
+                    error,
+                    attempt = failures,
+                    "the warm Ansible worker did not start: runs go cold until it does"
+                );
+                state.send_replace(State::Down(error));
+            }
+        }
+        let delay = restart_delay(failures);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// 0 s after a worker that ran for a while, then 1 s, 2 s, 4 s ... up to 30 s.
+fn restart_delay(failures: u32) -> Duration {
+    match failures {
+        0 => Duration::ZERO,
+        n => Duration::from_secs(1u64 << (n - 1).min(5)).min(MAX_RESTART_DELAY),
+    }
+}
+
+/// Starts the worker process and waits for it to say it is ready.
+async fn launch(config: &Config, metrics: &Arc<Metrics>) -> Result<(Child, Arc<Connection>), String> {
+    std::fs::create_dir_all(&config.cwd).map_err(|e| format!("create {}: {e}", config.cwd.display()))?;
+    let (socket, theirs) = SeqPacket::pair().map_err(|e| format!("create the worker's socket: {e}"))?;
+    let mut child = Command::new(&config.python)
+        .args(["-m", "ansible_operator_worker"])
+        .envs(config.env.iter().cloned())
+        .current_dir(&config.cwd)
+        .stdin(Stdio::from(theirs))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("start {} -m ansible_operator_worker: {e}", config.python.display()))?;
+    let pid = child.id().unwrap_or_default();
+    let stderr_tail = Arc::new(Mutex::new(Vec::new()));
+    if let Some(stdout) = child.stdout.take() {
+        tokio::spawn(log_lines(stdout, pid, None));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        tokio::spawn(log_lines(stderr, pid, Some(stderr_tail.clone())));
+    }
+    let ready = tokio::select! {
+        ready = tokio::time::timeout(READY_TIMEOUT, socket.recv()) => ready,
+        status = child.wait() => {
+            let tail = stderr_tail.lock().unwrap_or_else(|p| p.into_inner()).join("\n");
+            return Err(format!("it exited ({}) before it was ready: {tail}", describe(status.ok())));
+        }
+    };
+    let bytes = match ready {
+        Ok(Ok(Some(bytes))) => bytes,
+        Ok(Ok(None)) => return Err("it closed its connection before it was ready".into()),
+        Ok(Err(error)) => return Err(format!("read its first message: {error}")),
+        Err(_) => return Err(format!("not ready after {READY_TIMEOUT:?}")),
+    };
+    let Ok(Message::Ready { pid, versions, preload_seconds, not_preloaded }) = serde_json::from_slice(&bytes)
+    else {
+        return Err(format!("its first message was not `ready`: {}", String::from_utf8_lossy(&bytes)));
+    };
+    log_ready(pid, &versions, preload_seconds, &not_preloaded);
+    let connection = Arc::new(Connection {
+        socket,
+        pid,
+        runs: Mutex::default(),
+        ended: Mutex::default(),
+        metrics: metrics.clone(),
+    });
+    tokio::spawn(connection.clone().dispatch());
+    Ok((child, connection))
+}
+
+fn log_ready(pid: u32, versions: &Versions, preload_seconds: f64, not_preloaded: &[String]) {
+    tracing::info!(
+        worker_pid = pid,
+        ansible_core = versions.ansible_core,
+        ansible_runner = versions.ansible_runner,
+        python = versions.python,
+        preload_seconds,
+        not_preloaded = ?not_preloaded,
+        "warm Ansible worker ready"
+    );
+}
+
+/// Watches the worker until it exits (`Some(how)`) or the operator stops (`None`, after stopping
+/// it), keeping its memory metric current.
+async fn watch_until_exit(
+    mut child: Child,
+    connection: &Connection,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Option<String> {
+    let mut rss = tokio::time::interval(RSS_INTERVAL);
+    loop {
+        tokio::select! {
+            status = child.wait() => return Some(describe(status.ok())),
+            _ = rss.tick() => metrics.executor_worker_rss(resident_bytes(connection.pid).unwrap_or(0)),
+            _ = shutdown.cancelled() => {
+                // The worker ends its runs and exits on SIGTERM; the operator has ended them already.
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(connection.pid as i32), nix::sys::signal::Signal::SIGTERM);
+                if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+                    let _ = child.kill().await;
+                }
+                return None;
+            }
+        }
+    }
+}
+
+/// `exit status 3`, `killed by signal 9`.
+fn describe(status: Option<std::process::ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            _ => "ended".into(),
+        },
+        None => "its status could not be read".into(),
+    }
+}
+
+/// VmRSS of a process, in bytes.
+fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Logs what the worker prints (it prints only when something is wrong); keeps the last lines of
+/// stderr to explain a worker that does not start.
+async fn log_lines(stream: impl AsyncRead + Unpin, pid: u32, tail: Option<Arc<Mutex<Vec<String>>>>) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::warn!(worker_pid = pid, line, "warm worker output");
+        if let Some(tail) = &tail {
+            let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if tail.len() == 20 {
+                tail.remove(0);
+            }
+            tail.push(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_up_to_thirty_seconds() {
+        let delays: Vec<u64> = (0..9).map(|n| restart_delay(n).as_secs()).collect();
+        assert_eq!(delays, [0, 1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+
+    #[test]
+    fn fallback_reasons_map_to_few_labels() {
+        assert_eq!(
+            fallback_reason("Ansible settings copied at import differ from the worker's: DEFAULT_TIMEOUT"),
+            "settings"
+        );
+        assert_eq!(
+            fallback_reason("variables Python reads at start-up differ from the worker's: LANG"),
+            "environment"
+        );
+        assert_eq!(
+            fallback_reason("/x/ansible-playbook runs on /usr/bin/python3, the worker on /v/python"),
+            "interpreter"
+        );
+        assert_eq!(fallback_reason("ansible-runner runs ansible, not ansible-playbook"), "command");
+        assert_eq!(fallback_reason("deciding failed: KeyError"), "other");
+    }
+
+    #[test]
+    fn worker_exits_are_described() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(describe(Some(std::process::ExitStatus::from_raw(9))), "killed by signal 9");
+        assert_eq!(describe(Some(std::process::ExitStatus::from_raw(3 << 8))), "exit status 3");
+    }
+}

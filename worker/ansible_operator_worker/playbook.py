@@ -1,0 +1,210 @@
+"""The playbook process: where ansible-runner would exec `ansible-playbook` on its pty, the warm run
+forks and runs the already imported Ansible CLI instead, or execs the real program when the run
+cannot be made identical (a fallback, reported to the operator with its reason).
+
+ansible-runner starts either `ansible-playbook ARGS` or, when the run has an SSH key,
+`ssh-agent [-a SOCK] sh -c "trap 'rm -f KEY' EXIT && ssh-add KEY && rm -f KEY && ansible-playbook ARGS"`.
+Both are run warm; for the second the playbook process starts the agent and loads the key itself
+(`agent.py`), then runs the playbook with the agent's variables, as the shell would have.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import agent, ansible_state, modules, payload_cache, process, protocol
+
+#: Environment variables Python reads when it starts: a run whose values differ from the worker's
+#: would start differently, so it is not run warm.
+_INTERPRETER_VARIABLE_PREFIXES = ("PYTHON", "LC_")
+_INTERPRETER_VARIABLES = frozenset({"LANG", "LANGUAGE"})
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What the worker was started with, to compare runs against."""
+
+    #: The interpreter the worker runs on (`sys.executable`).
+    python: str
+    #: The environment the worker imported Ansible in.
+    env: Mapping[str, str]
+    #: Every Ansible setting as the worker read them.
+    settings: ansible_state.Settings
+
+
+@dataclass(frozen=True)
+class Command:
+    """What ansible-runner asks to run, understood."""
+
+    #: `ansible-playbook`'s arguments after the program name.
+    args: list[str]
+    #: The key to load into an agent first, when the run has one.
+    agent: agent.Agent | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the playbook process will run: warm, or by exec with the reason why not."""
+
+    warm: bool
+    reason: str = ""
+    #: The resolved `ansible-playbook` script, for `sys.argv[0]`.
+    script: str = ""
+    command: Command | None = None
+
+
+def understand(argv: Sequence[str]) -> Command | str:
+    """The command in ansible-runner's argv, or why it is not one the worker runs."""
+    if not argv:
+        return "ansible-runner runs nothing"
+    program = os.path.basename(argv[0])
+    if program == "ansible-playbook":
+        return Command(args=list(argv[1:]))
+    if program != "ssh-agent":
+        return f"ansible-runner runs {program}, not ansible-playbook"
+    wrapped = agent.parse(argv)
+    if wrapped is None:
+        return "ansible-runner's ssh-agent command line is not the one this worker knows"
+    key, socket_path, inner = wrapped
+    if not inner or os.path.basename(inner[0]) != "ansible-playbook":
+        return "ansible-runner's ssh-agent does not run ansible-playbook"
+    return Command(args=inner[1:], agent=agent.Agent(key=key, socket=socket_path))
+
+
+def interpreter_of(script: str) -> str | None:
+    """The interpreter named by a script's `#!` line, or None for anything else."""
+    try:
+        with open(script, "rb") as file:
+            first = file.readline(4096)
+    except OSError:
+        return None
+    if not first.startswith(b"#!"):
+        return None
+    words = first[2:].decode(errors="replace").split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env" and len(words) > 1:
+        return shutil.which(words[1])
+    return words[0]
+
+
+def interpreter_differences(worker_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """Variables Python reads at start-up whose values differ between the worker and a run."""
+    names = {
+        name
+        for name in set(worker_env) | set(env)
+        if name in _INTERPRETER_VARIABLES or name.startswith(_INTERPRETER_VARIABLE_PREFIXES)
+    }
+    return sorted(name for name in names if worker_env.get(name) != env.get(name))
+
+
+def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> Plan:
+    """Decides whether `argv` (what ansible-runner is about to exec) can run warm. On the way it
+    re-reads Ansible's settings for the run's environment and directory, which the playbook
+    process inherits."""
+    command = understand(argv)
+    if isinstance(command, str):
+        return Plan(False, command)
+    script = shutil.which("ansible-playbook", path=env.get("PATH"))
+    if script is None:
+        return Plan(False, "ansible-playbook is not on PATH")
+    script = os.path.abspath(script)
+    if interpreter_of(script) != worker.python:
+        return Plan(False, f"{script} runs on {interpreter_of(script)}, the worker on {worker.python}")
+    differing = interpreter_differences(worker.env, env)
+    if differing:
+        return Plan(False, f"variables Python reads at start-up differ from the worker's: {', '.join(differing)}")
+    with ansible_state.environment_of(dict(env), cwd or os.getcwd()):
+        ansible_state.reread_settings()
+        run_settings = ansible_state.settings()
+    unsafe = ansible_state.unsafe_differences(worker.settings, run_settings)
+    if unsafe:
+        return Plan(False, f"Ansible settings copied at import differ from the worker's: {', '.join(unsafe)}")
+    return Plan(True, script=script, command=command)
+
+
+def install(worker: Worker, run_id: str, control_fd: int) -> None:
+    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can. The decision
+    goes to the operator as a `mode` message."""
+    import pexpect
+
+    original = pexpect.spawn
+
+    def spawn(command: str, args: list[str] | None = None, **kwargs: Any) -> Any:
+        args = list(args or [])
+        env = kwargs.get("env") or dict(os.environ)
+        try:
+            decided = plan(worker, [command, *args], env, kwargs.get("cwd"))
+        except Exception as error:  # noqa: BLE001 - a surprise means: run it the proven way
+            decided = Plan(False, f"deciding failed: {type(error).__name__}: {error}")
+        mode = "warm" if decided.warm else "cold"
+        protocol.send_fd(control_fd, {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason})
+        if decided.warm and decided.command is not None:
+            kwargs["preexec_fn"] = _playbook_process(decided.script, decided.command, dict(env))
+        child = original(command, args, **kwargs)
+        close_when_exited(child)
+        return child
+
+    pexpect.spawn = spawn  # type: ignore[assignment]
+
+
+def close_when_exited(child: Any) -> None:
+    """ansible-runner closes the playbook process's pty once it has read its end of output, and
+    ptyprocess then sleeps a fixed `delayafterclose` (0.1 s, a third of a trivial warm run) before it
+    looks whether the process has exited. Look every millisecond instead, for at most that long:
+    the status read is the same, and a process still alive after it is ended as before."""
+    ptyproc = child.ptyproc
+    close = child.close
+
+    def close_promptly(force: bool = True) -> None:
+        deadline = time.monotonic() + ptyproc.delayafterclose
+        while ptyproc.isalive() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        ptyproc.delayafterclose = 0
+        close(force)
+
+    child.close = close_promptly
+
+
+def _playbook_process(script: str, command: Command, env: dict[str, str]) -> Callable[[], None]:
+    """The function ptyprocess calls in its child where it would exec: it runs ansible-playbook in
+    this process and never returns."""
+
+    def run() -> None:
+        # Where exec would close them: the pipe ptyprocess watches to learn that exec happened,
+        # and everything above 2 this process inherited.
+        process.close_descriptors_from(3)
+        process.set_name(script)
+        process.replace_environment(env)
+        process.reset_signals()
+        process.standard_streams()
+        status = 1
+        try:
+            if command.agent is not None:
+                loaded = command.agent.start(env)
+                if loaded != 0:
+                    status = loaded
+                    return
+            sys.argv = [script, *command.args]
+            sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
+            ansible_state.fresh_process_state()
+            modules.install()
+            from ansible import constants
+            from ansible.cli.playbook import main
+
+            payload_cache.restore(constants.DEFAULT_LOCAL_TMP)
+            status = process.run_main(main)
+            payload_cache.keep(constants.DEFAULT_LOCAL_TMP)
+        finally:
+            if command.agent is not None:
+                command.agent.stop()
+            process.finish(status)
+
+    return run
+

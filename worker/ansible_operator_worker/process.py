@@ -1,0 +1,173 @@
+"""What a forked process does to look like a freshly exec'd interpreter: signal dispositions,
+standard streams, environment, open file descriptors, and the way it exits."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import io
+import os
+import resource
+import signal
+import sys
+import traceback
+from typing import NoReturn
+
+_PR_SET_NAME = 15
+_PR_SET_CHILD_SUBREAPER = 36
+
+#: `sys.path` as the interpreter set it up, without its first entry (the directory of the script,
+#: or the working directory for `-m`): a process that becomes `python <script>` puts the script's
+#: directory in front. Set by the zygote before anything else changes `sys.path`.
+BASE_SYS_PATH: list[str] = []
+
+
+def reset_signals() -> None:
+    """Signal dispositions as after exec() and Python's start-up: handlers back to the default,
+    ignored signals stay ignored, SIGINT raises KeyboardInterrupt, SIGPIPE and SIGXFSZ ignored."""
+    signal.set_wakeup_fd(-1)
+    for signum in signal.valid_signals():
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            try:
+                signal.signal(signum, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+    if signal.getsignal(signal.SIGINT) == signal.SIG_DFL:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def redirect(stdin: int, stdout: int, stderr: int) -> None:
+    """Makes the given descriptors this process's 0, 1 and 2."""
+    for target, fd in enumerate((stdin, stdout, stderr)):
+        if fd != target:
+            os.dup2(fd, target)
+
+
+def standard_streams() -> None:
+    """New `sys.stdin`, `sys.stdout` and `sys.stderr` over descriptors 0, 1 and 2, made the way
+    CPython makes them at start-up (encoding and error handlers as this interpreter's, line
+    buffering on a terminal, unbuffered under PYTHONUNBUFFERED). The inherited objects may hold
+    buffered text of the parent and were made for its descriptors."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED")) or sys.flags.unbuffered
+    encoding = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
+    errors = sys.__stdout__.errors if sys.__stdout__ else "strict"
+    stdin = _text_stream(0, "r", encoding, errors, line_buffering=False, unbuffered=False)
+    stdout = _text_stream(1, "w", encoding, errors, line_buffering=os.isatty(1), unbuffered=unbuffered)
+    stderr = _text_stream(2, "w", encoding, "backslashreplace", line_buffering=True, unbuffered=unbuffered)
+    sys.stdin = sys.__stdin__ = stdin
+    sys.stdout = sys.__stdout__ = stdout
+    sys.stderr = sys.__stderr__ = stderr
+
+
+def _text_stream(fd: int, mode: str, encoding: str, errors: str, *, line_buffering: bool, unbuffered: bool) -> io.TextIOWrapper:
+    raw = io.FileIO(fd, mode + "b", closefd=False)
+    buffer: io.BufferedIOBase | io.FileIO
+    if unbuffered and mode == "w":
+        buffer = raw
+    elif mode == "r":
+        buffer = io.BufferedReader(raw)
+    else:
+        buffer = io.BufferedWriter(raw)
+    stream = io.TextIOWrapper(
+        buffer,  # type: ignore[arg-type]
+        encoding=encoding,
+        errors=errors,
+        newline="\n",
+        line_buffering=line_buffering,
+        write_through=unbuffered and mode == "w",
+    )
+    stream.mode = mode  # type: ignore[misc]
+    return stream
+
+
+def replace_environment(env: dict[str, str]) -> None:
+    """`os.environ` (and the C environment) becomes exactly `env`."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def close_descriptors_from(lowest: int) -> None:
+    """Closes every descriptor from `lowest` up, as exec() with close-on-exec everywhere would."""
+    os.closerange(lowest, min(1 << 20, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+
+
+def set_name(program: str) -> None:
+    """The process name (`/proc/<pid>/comm`, what `ps` and `top` show) that exec'ing `program`
+    would have given: its file name, cut to 15 bytes."""
+    name = os.path.basename(program).encode()[:15]
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants are reparented to this process instead of init, so the process tree
+    of a run stays below the run for the operator to find and end."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def exit_status(exit: SystemExit) -> int:
+    """The status the interpreter exits with for this SystemExit, printing a message as it would."""
+    code = exit.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_main(main: object) -> int:
+    """Calls `main()` as the interpreter runs a script: SystemExit gives the status, any other
+    exception is printed with its traceback and gives 1."""
+    try:
+        result = main()  # type: ignore[operator]
+    except SystemExit as exit:
+        return exit_status(exit)
+    except BaseException:  # noqa: BLE001 - the interpreter reports every escaping exception
+        traceback.print_exc()
+        return 1
+    return exit_status(SystemExit(result))
+
+
+def finish(status: int) -> NoReturn:
+    """Exits as the interpreter does at the end of a script: atexit handlers, then the standard
+    streams flushed (a failed flush makes the status 120), then _exit."""
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - atexit reports its own errors
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:  # noqa: BLE001
+            status = status or 120
+    os._exit(status)
+
+
+def descendants(root: int) -> list[int]:
+    """Every living descendant of `root`, from the parent links in `/proc/<pid>/stat`."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as file:
+                stat = file.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 1 :].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    queue = [root]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            if child not in found:
+                found.append(child)
+                queue.append(child)
+    return found

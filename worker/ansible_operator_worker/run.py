@@ -1,0 +1,49 @@
+"""The run process: a fork of the zygote that becomes what `ansible-runner run <dir> ...` would be,
+with the argv, environment, working directory and standard streams the operator gave the run, and
+runs ansible-runner's own command-line entry point."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import NoReturn
+
+from . import playbook, process
+
+
+def main(
+    run_id: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdout: int,
+    stderr: int,
+    control_fd: int,
+    worker: playbook.Worker,
+) -> NoReturn:
+    """Runs ansible-runner with `argv` (after the program name) and exits with its status."""
+    status = 1
+    try:
+        # Its own process group, as the operator starts ansible-runner; a subreaper, so what the
+        # run leaves behind stays below it for the operator to end.
+        os.setpgid(0, 0)
+        process.become_subreaper()
+        process.reset_signals()
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        process.redirect(stdin, stdout, stderr)
+        for fd in {stdin, stdout, stderr} - {0, 1, 2}:
+            os.close(fd)
+        process.replace_environment(env)
+        os.chdir(cwd)
+        process.standard_streams()
+        script = os.path.abspath(shutil.which("ansible-runner", path=env.get("PATH")) or "ansible-runner")
+        process.set_name(script)
+        sys.argv = [script, *argv]
+        sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
+        playbook.install(worker, run_id, control_fd)
+        from ansible_runner.__main__ import main as ansible_runner
+
+        status = process.run_main(ansible_runner)
+    finally:
+        process.finish(status)

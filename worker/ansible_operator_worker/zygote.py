@@ -1,0 +1,278 @@
+"""The zygote: started once by the operator with the control socket as its standard input, it
+imports what every run needs, says it is ready, and forks a run process for each run request.
+It reaps them and reports their exit. When the operator goes away (end of file on the control
+socket) or asks it to stop (SIGTERM), it ends the runs it started and exits."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import importlib.metadata
+import os
+import platform
+import selectors
+import signal
+import socket
+import sys
+import tempfile
+import time
+from typing import Any, NoReturn
+
+from . import ansible_state, modules, parse_cache, payload_cache, playbook, process, protocol, run
+
+#: What every run imports, so a run does not: ansible-runner, the Ansible CLI and executor with the
+#: plugins every play uses (builtin plugins are found in `sys.modules` by Ansible's plugin loader),
+#: and the libraries modules import, the kubernetes client above all. Plugins that read the
+#: environment or change global state when imported (ansible-runner's `awx_display` callback) are
+#: left to each run.
+PRELOAD = (
+    "ansible_runner.__main__",
+    "ansible_runner.interface",
+    "ansible_runner.runner",
+    "ansible_runner.config.runner",
+    "pexpect",
+    "ansible.cli.playbook",
+    "ansible.executor.playbook_executor",
+    "ansible.executor.task_queue_manager",
+    "ansible.executor.task_executor",
+    "ansible.executor.process.worker",
+    "ansible.executor.module_common",
+    "ansible.playbook.play",
+    "ansible.playbook.role",
+    "ansible.template",
+    "ansible.vars.manager",
+    "ansible.inventory.manager",
+    "ansible.plugins.action",
+    "ansible.plugins.action.normal",
+    "ansible.plugins.action.command",
+    "ansible.plugins.action.debug",
+    "ansible.plugins.action.set_fact",
+    "ansible.plugins.cache.jsonfile",
+    "ansible.plugins.callback.default",
+    "ansible.plugins.connection.local",
+    "ansible.plugins.connection.ssh",
+    "ansible.plugins.filter.core",
+    "ansible.plugins.filter.mathstuff",
+    "ansible.plugins.inventory.host_list",
+    "ansible.plugins.inventory.ini",
+    "ansible.plugins.inventory.yaml",
+    "ansible.plugins.inventory.auto",
+    "ansible.plugins.lookup.env",
+    "ansible.plugins.lookup.file",
+    "ansible.plugins.shell.sh",
+    "ansible.plugins.strategy.linear",
+    "ansible.plugins.test.core",
+    "ansible.plugins.vars.host_group_vars",
+    "kubernetes",
+    "kubernetes.client",
+    "kubernetes.config",
+    "kubernetes.dynamic",
+    "kubernetes.stream",
+    "kubernetes.watch",
+    "urllib3",
+    "requests",
+    "yaml",
+    "jinja2",
+    "jsonpatch",
+    "json",
+    "locale",
+    "selectors",
+    "shlex",
+    "runpy",
+    "zipfile",
+)
+
+
+def main() -> NoReturn:
+    """Entry point: `python -m ansible_operator_worker` with the control socket on standard input."""
+    process.BASE_SYS_PATH[:] = sys.path[1:]
+    control = socket.socket(fileno=os.dup(0))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    started = time.monotonic()
+    _add_runner_environment()
+    missing = _preload()
+    parse_cache.install()
+    modules.BYTECODE_DIR = _cache_dir(".bytecode")
+    payload_cache.install(_cache_dir(".ansiballz"))
+    ansible_state.forget_worker_local_tmp()
+    worker = playbook.Worker(python=sys.executable, env=dict(os.environ), settings=ansible_state.settings())
+    # Everything imported so far is shared by every fork: keep the collector off those pages.
+    gc.collect()
+    gc.freeze()
+    protocol.send(
+        control,
+        {
+            "type": "ready",
+            "pid": os.getpid(),
+            "versions": _versions(),
+            "preload_seconds": round(time.monotonic() - started, 3),
+            "not_preloaded": missing,
+        },
+    )
+    Zygote(control, worker).serve()
+    os._exit(0)
+
+
+def _add_runner_environment() -> None:
+    """Adds what ansible-runner adds to every run's environment (its event callback, its cache
+    plugin, ...), so the settings Ansible reads at import are those of a run. Per-run paths among
+    them are settings read only when used (`ansible_state.RUNTIME_SETTINGS`)."""
+    from ansible_runner.config.runner import RunnerConfig
+
+    with tempfile.TemporaryDirectory() as private_data_dir:
+        config = RunnerConfig(private_data_dir=private_data_dir, playbook="main.yml", ident="worker")
+        config.prepare_env()
+        env = dict(config.env)
+    for per_run in ("AWX_ISOLATED_DATA_DIR", "ANSIBLE_CACHE_PLUGIN_CONNECTION"):
+        env.pop(per_run, None)
+    os.environ.update(env)
+
+
+def _cache_dir(name: str) -> str | None:
+    """A cache directory `name` in the worker's working directory (the operator's runner
+    directory), only for this user."""
+    path = os.path.join(os.getcwd(), name)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return path
+
+
+def _preload() -> list[str]:
+    missing = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def _versions() -> dict[str, str]:
+    from ansible.release import __version__ as ansible_core
+
+    return {
+        "ansible_core": ansible_core,
+        "ansible_runner": importlib.metadata.version("ansible-runner"),
+        "python": platform.python_version(),
+    }
+
+
+class Zygote:
+    """The serving loop."""
+
+    def __init__(self, control: socket.socket, worker: playbook.Worker) -> None:
+        self.control = control
+        self.worker = worker
+        #: Run processes by pid, with their run id.
+        self.runs: dict[int, str] = {}
+        self.selector = selectors.DefaultSelector()
+        self.wakeup_read, self.wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.stopping = False
+
+    def serve(self) -> None:
+        """Serves run requests until the operator goes away or SIGTERM."""
+        signal.set_wakeup_fd(self.wakeup_write)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._stop)
+        self.selector.register(self.control, selectors.EVENT_READ)
+        self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        while not self.stopping:
+            for key, _ in self.selector.select():
+                if key.fileobj is self.control:
+                    self._receive()
+                else:
+                    self._drain_wakeups()
+            self._reap()
+        self._end_runs()
+
+    def _stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def _receive(self) -> None:
+        try:
+            received = protocol.receive(self.control)
+        except protocol.ProtocolError as error:
+            print(f"ansible-operator worker: bad message: {error}", file=sys.stderr, flush=True)
+            return
+        except OSError:
+            received = None
+        if received is None:
+            self.stopping = True
+            return
+        message, fds = received
+        if message["type"] != "run" or len(fds) != protocol.RUN_FDS:
+            for fd in fds:
+                os.close(fd)
+            print(f"ansible-operator worker: unexpected {message['type']} message", file=sys.stderr, flush=True)
+            return
+        self._start_run(message, fds)
+
+    def _start_run(self, message: dict[str, Any], fds: list[int]) -> None:
+        try:
+            run_id, argv, env, cwd = protocol.run_request(message)
+        except protocol.ProtocolError as error:
+            for fd in fds:
+                os.close(fd)
+            protocol.send(self.control, {"type": "spawn_failed", "id": str(message.get("id")), "error": str(error)})
+            return
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        try:
+            pid = os.fork()
+        except OSError as error:
+            for fd in fds:
+                os.close(fd)
+            protocol.send(self.control, {"type": "spawn_failed", "id": run_id, "error": f"fork: {error}"})
+            return
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            self.selector.close()
+            os.close(self.wakeup_read)
+            os.close(self.wakeup_write)
+            run.main(run_id, argv, env, cwd, fds[0], fds[1], self.control.fileno(), self.worker)
+        for fd in fds:
+            os.close(fd)
+        self.runs[pid] = run_id
+        protocol.send(self.control, {"type": "started", "id": run_id, "pid": pid})
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wakeup_read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run_id = self.runs.pop(pid, None)
+            if run_id is None:
+                continue
+            signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+            try:
+                protocol.send(self.control, {"type": "exited", "id": run_id, "code": code, "signal": signum})
+            except OSError:
+                self.stopping = True
+
+    def _end_runs(self) -> None:
+        """The operator is gone or stopping: no run may outlive the worker."""
+        for pid in list(self.runs):
+            for member in [pid, *process.descendants(pid)]:
+                try:
+                    os.kill(member, signal.SIGKILL)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 5
+        while self.runs and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.05)

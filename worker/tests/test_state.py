@@ -1,0 +1,145 @@
+"""The pieces of process state the worker puts back after a fork, and the protocol's checks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ansible_operator_worker import ansible_state, process, protocol
+
+
+def test_settings_read_only_when_used_may_differ_the_others_may_not() -> None:
+    worker = {"DEFAULT_TIMEOUT": 10, "DEFAULT_ROLES_PATH": ["/a"], "DEFAULT_LOCAL_TMP": "/tmp/x"}
+    run = {"DEFAULT_TIMEOUT": 10, "DEFAULT_ROLES_PATH": ["/b"], "DEFAULT_LOCAL_TMP": "/tmp/y"}
+    assert ansible_state.unsafe_differences(worker, run) == []
+    assert ansible_state.unsafe_differences(worker, {**run, "DEFAULT_TIMEOUT": 30}) == ["DEFAULT_TIMEOUT"]
+    assert ansible_state.unsafe_differences(worker, {**run, "NEW": 1}) == ["NEW"]
+
+
+def test_rereading_settings_follows_the_environment_and_the_working_directory(tmp_path) -> None:
+    # In a child interpreter: re-reading changes the process-global constants.
+    (tmp_path / "ansible.cfg").write_text("[defaults]\ntimeout = 42\n")
+    code = textwrap.dedent(
+        f"""
+        import os
+        from ansible_operator_worker import ansible_state
+        from ansible import constants as C
+        before = C.DEFAULT_TIMEOUT
+        with ansible_state.environment_of(dict(os.environ, ANSIBLE_FORKS="7"), {str(tmp_path)!r}):
+            ansible_state.reread_settings()
+        print(before, C.DEFAULT_TIMEOUT, C.DEFAULT_FORKS, C.CONFIG_FILE.endswith("ansible.cfg"), os.getcwd() != {str(tmp_path)!r})
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd="/")
+    assert out.stdout.split() == ["10", "42", "7", "True", "True"]
+
+
+def test_exit_statuses_are_the_interpreters() -> None:
+    assert process.exit_status(SystemExit()) == 0
+    assert process.exit_status(SystemExit(3)) == 3
+    assert process.exit_status(SystemExit(256 + 2)) == 2
+    assert process.exit_status(SystemExit("message")) == 1
+    assert process.run_main(lambda: 5) == 5
+    assert process.run_main(lambda: None) == 0
+
+
+def test_an_escaping_exception_gives_status_one(capsys: pytest.CaptureFixture[str]) -> None:
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    assert process.run_main(boom) == 1
+    assert "RuntimeError: boom" in capsys.readouterr().err
+
+
+def test_descendants_are_found_across_sessions() -> None:
+    child = subprocess.Popen(["sh", "-c", "setsid sleep 30 & wait"])
+    try:
+        for _ in range(100):
+            found = process.descendants(child.pid)
+            if found:
+                break
+            import time
+
+            time.sleep(0.02)
+        assert found, "the grandchild in its own session is a descendant"
+    finally:
+        for pid in process.descendants(child.pid):
+            os.kill(pid, 9)
+        child.kill()
+        child.wait()
+
+
+def test_run_requests_are_checked_and_carry_descriptors() -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    read_end, write_end = os.pipe()
+    try:
+        message = {"type": "run", "id": "1", "argv": ["run"], "env": {"A": "b"}, "cwd": "/"}
+        socket.send_fds(ours, [__import__("json").dumps(message).encode()], [write_end, write_end])
+        received = protocol.receive(theirs)
+        assert received is not None
+        got, fds = received
+        assert protocol.run_request(got) == ("1", ["run"], {"A": "b"}, "/")
+        assert len(fds) == 2
+        os.write(fds[0], b"x")
+        assert os.read(read_end, 1) == b"x"
+        for fd in fds:
+            os.close(fd)
+        with pytest.raises(protocol.ProtocolError, match="env must map strings"):
+            protocol.run_request({**message, "env": {"A": 1}})
+        ours.close()
+        assert protocol.receive(theirs) is None
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        theirs.close()
+
+
+def test_parsed_yaml_is_kept_by_content_and_every_caller_gets_its_own_copy() -> None:
+    from ansible_operator_worker import parse_cache
+
+    calls = []
+
+    def parse() -> dict:
+        calls.append(1)
+        return {"routing": {"a": [1, 2]}}
+
+    first = parse_cache._cached(b"same: bytes", parse)
+    first["routing"]["a"].append(3)
+    second = parse_cache._cached(b"same: bytes", parse)
+    assert second == {"routing": {"a": [1, 2]}}, "a caller's change does not reach the next caller"
+    assert len(calls) == 1, "parsed once"
+    parse_cache._cached(b"other: bytes", parse)
+    assert len(calls) == 2, "other content is parsed anew"
+
+
+def test_payload_bytecode_is_kept_by_source_and_keeps_the_payloads_file_names(tmp_path) -> None:
+    # In child interpreters: the cache patches zipimport for the whole process.
+    code = textwrap.dedent(
+        """
+        import sys, zipfile
+        from ansible_operator_worker import modules
+        modules.BYTECODE_DIR = sys.argv[1]
+        modules._cache_payload_bytecode()
+        payload = sys.argv[2]
+        sys.path.insert(0, payload)
+        import payload_module
+        print(payload_module.where(), len(__import__("os").listdir(sys.argv[1])))
+        """
+    )
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    outputs = []
+    for name in ("first", "second"):
+        payload = tmp_path / f"{name}_payload.zip"
+        with __import__("zipfile").ZipFile(payload, "w") as zf:
+            zf.writestr("payload_module.py", "def where():\n    return where.__code__.co_filename\n")
+        out = subprocess.run([sys.executable, "-c", code, str(cache), str(payload)], capture_output=True, text=True, check=True)
+        outputs.append(out.stdout.split())
+    assert outputs[0] == [f"{tmp_path}/first_payload.zip/payload_module.py", "1"]
+    assert outputs[1] == [f"{tmp_path}/second_payload.zip/payload_module.py", "1"], "from the cache, renamed"
