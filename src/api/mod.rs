@@ -1,0 +1,142 @@
+//! The operator's HTTPS API and web console on `--api-bind-address`: the watched kinds, their CRs
+//! with a status summary, each CR's conditions and run history, a run's tasks and log (live while
+//! it runs), and a request to reconcile a CR now. Every request carries a bearer token the API
+//! server reviews (`TokenReview`), and is allowed only as far as the user's RBAC on the CR's own
+//! resource goes (`SubjectAccessReview`: reading needs `get`/`list`, a reconcile `patch`).
+
+mod console;
+mod handlers;
+mod log;
+mod views;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::StatusCode;
+use kube::Client;
+use kube::api::ApiResource;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::access::{self, Access};
+use crate::history::{History, LiveRuns};
+use crate::kubeapi;
+use crate::{http_server, tls};
+
+/// A watched kind, as the API serves it.
+#[derive(Debug, Clone)]
+pub struct Kind {
+    /// Its API resource (group, version, kind, plural).
+    pub resource: ApiResource,
+    /// Whether it is namespaced.
+    pub namespaced: bool,
+}
+
+/// What the API reads from and writes to.
+pub struct State {
+    /// The operator's client.
+    pub client: Client,
+    /// Authentication and authorisation.
+    pub access: Access,
+    /// The run records.
+    pub history: Arc<History>,
+    /// The runs in flight.
+    pub live: Arc<LiveRuns>,
+    /// The watched kinds.
+    pub kinds: Vec<Kind>,
+    /// `--runner-dir`: where the runs' artifacts (and so their logs) are.
+    pub runner_dir: PathBuf,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("kinds", &self.kinds.len()).finish_non_exhaustive()
+    }
+}
+
+/// Why a request failed, as its JSON answer says.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not authenticated, or not allowed.
+    #[error(transparent)]
+    Access(#[from] access::Error),
+    /// No such kind, CR or run.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The API server failed.
+    #[error("{action}")]
+    Api {
+        /// What was attempted.
+        action: String,
+        /// Cause.
+        #[source]
+        source: kubeapi::Error,
+    },
+    /// The run history could not be read.
+    #[error(transparent)]
+    History(#[from] crate::history::Error),
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            Error::Access(access::Error::Unauthenticated(_)) => StatusCode::UNAUTHORIZED,
+            Error::Access(access::Error::Forbidden { .. }) => StatusCode::FORBIDDEN,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Access(access::Error::Review { .. }) | Error::Api { .. } | Error::History(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+        };
+        if status == StatusCode::BAD_GATEWAY {
+            tracing::warn!(error = %crate::logging::error_chain(&self), "API request failed");
+        }
+        let reason = status.canonical_reason().unwrap_or_default();
+        let body =
+            json!({"code": status.as_u16(), "reason": reason, "message": crate::logging::error_chain(&self)});
+        let mut response = (status, axum::Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The routes: JSON under `/api/v1/`, the console at `/`.
+fn router(state: Arc<State>) -> Router {
+    let cr = "/api/v1/kinds/{group}/{plural}/crs/{namespace}/{name}";
+    Router::new()
+        .route("/api/v1/kinds", get(handlers::kinds))
+        .route("/api/v1/kinds/{group}/{plural}/crs", get(handlers::crs))
+        .route(cr, get(handlers::cr))
+        .route(&format!("{cr}/runs/{{run}}"), get(handlers::run))
+        .route(&format!("{cr}/runs/{{run}}/log"), get(log::log))
+        .route(&format!("{cr}/reconcile"), post(handlers::reconcile))
+        .merge(console::routes())
+        .fallback(|| async { Error::NotFound("no such endpoint".into()) })
+        .with_state(state)
+}
+
+/// Serves HTTPS on `listener` until `shutdown`.
+pub async fn serve(listener: TcpListener, tls: tls::Server, state: Arc<State>, shutdown: CancellationToken) {
+    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tracing::info!(server = "api", %address, fingerprint = %tls.fingerprint, "listening (HTTPS)");
+    let router = router(state);
+    http_server::serve("api", listener, Some(TlsAcceptor::from(tls.config)), shutdown, move |request| {
+        let router = router.clone();
+        async move {
+            match router.oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        }
+    })
+    .await;
+}

@@ -1,0 +1,70 @@
+//! What the operator remembers between runs of a CR, to say why the next one happens: the
+//! dependent object that changed, and what it scheduled when the last run ended. In memory only: after
+//! a restart every CR's first run is a start-up run.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::trigger::{Dependent, Scheduled};
+
+/// A CR, as `(group, kind, namespace, name)`.
+pub type CrKey = (String, String, Option<String>, String);
+
+#[derive(Debug, Default, Clone)]
+struct Entry {
+    dependent: Option<Dependent>,
+    scheduled: Option<Scheduled>,
+}
+
+/// The remembered reasons, per CR.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    entries: Mutex<HashMap<CrKey, Entry>>,
+}
+
+impl Ledger {
+    /// A dependent object of the CR changed (the first one since the last run is kept).
+    pub fn dependent_changed(&self, cr: CrKey, dependent: Dependent) {
+        self.lock().entry(cr).or_default().dependent.get_or_insert(dependent);
+    }
+
+    /// The run that just ended scheduled the next one.
+    pub fn scheduled(&self, cr: CrKey, scheduled: Scheduled) {
+        self.lock().entry(cr).or_default().scheduled = Some(scheduled);
+    }
+
+    /// Takes what is remembered of the CR, as a run starts.
+    pub fn take(&self, cr: &CrKey) -> (Option<Dependent>, Option<Scheduled>) {
+        let entry = self.lock().remove(cr).unwrap_or_default();
+        (entry.dependent, entry.scheduled)
+    }
+
+    /// Forgets a CR that is gone.
+    pub fn forget(&self, cr: &CrKey) {
+        self.lock().remove(cr);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CrKey, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> CrKey {
+        ("g".into(), "K".into(), Some("ns".into()), "n".into())
+    }
+
+    #[test]
+    fn a_run_takes_what_was_remembered_once() {
+        let ledger = Ledger::default();
+        let first = Dependent { kind: "ConfigMap".into(), namespace: None, name: "a".into() };
+        ledger.dependent_changed(key(), first.clone());
+        ledger.dependent_changed(key(), Dependent { name: "b".into(), ..first.clone() });
+        ledger.scheduled(key(), Scheduled::Resync);
+        assert_eq!(ledger.take(&key()), (Some(first), Some(Scheduled::Resync)));
+        assert_eq!(ledger.take(&key()), (None, None));
+    }
+}

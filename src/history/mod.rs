@@ -1,0 +1,258 @@
+//! The run history: a record of each run that did something, stored as an `AnsibleRun` object owned
+//! by the CR (so it survives operator restarts, reads with kubectl and goes with the CR), with a
+//! Kubernetes Event on the CR. A successful periodic resync that changed nothing only confirms the
+//! latest record. Without the `AnsibleRun` CRD the history is kept in memory and said so once.
+
+pub mod events;
+pub mod ledger;
+pub mod live;
+pub mod record;
+pub mod trigger;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch};
+use serde_json::{Value, json};
+
+use crate::kubeapi::{self, with_timeout};
+pub use ledger::Ledger;
+pub use live::LiveRuns;
+pub use record::RunRecord;
+pub use trigger::Trigger;
+
+/// Why the history could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API call failed.
+    #[error("{action} run records of {owner}")]
+    Api {
+        /// What was attempted.
+        action: &'static str,
+        /// namespace/name of the CR.
+        owner: String,
+        /// Cause.
+        #[source]
+        source: kubeapi::Error,
+    },
+}
+
+/// The latest record of a CR, as far as the next run needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latest {
+    /// The record's name.
+    pub name: String,
+    /// The generation its run saw.
+    pub generation: Option<i64>,
+    /// When its run started (RFC 3339).
+    pub started: String,
+    /// Times it was confirmed by a resync that changed nothing.
+    pub confirmations: i64,
+}
+
+/// Where records go.
+pub struct History {
+    client: Client,
+    resource: ApiResource,
+    /// Records are kept in memory only (the CRD is not installed).
+    in_memory: Option<Mutex<HashMap<String, VecDeque<Value>>>>,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History").field("in_memory", &self.in_memory.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl History {
+    /// The history, stored in the cluster when the `AnsibleRun` CRD is served, else in memory.
+    pub async fn new(client: Client) -> History {
+        let gvk = GroupVersionKind::gvk(record::GROUP, record::VERSION, record::KIND);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, record::PLURAL);
+        let served = with_timeout(
+            Api::<DynamicObject>::all_with(client.clone(), &resource).list(&ListParams::default().limit(1)),
+        )
+        .await;
+        let in_memory = match served {
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(
+                    crd = format!("{}.{}", record::PLURAL, record::GROUP),
+                    error = %error,
+                    "the run history's CRD is not served: run records are kept in memory only (install deploy/crds/)"
+                );
+                Some(Mutex::default())
+            }
+        };
+        History { client, resource, in_memory }
+    }
+
+    /// Whether records are in the cluster (false: in memory only).
+    pub fn in_cluster(&self) -> bool {
+        self.in_memory.is_none()
+    }
+
+    fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &self.resource),
+            None => Api::all_with(self.client.clone(), &self.resource),
+        }
+    }
+
+    /// A CR's records, newest first.
+    pub async fn runs(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
+        let params = ListParams::default().labels(&format!("{}={owner_uid}", record::OWNER_UID));
+        self.list(namespace, &params, |run| run["spec"]["owner"]["uid"] == owner_uid, owner_uid).await
+    }
+
+    /// Every record in a namespace (`None`: in all), newest first.
+    pub async fn all_runs(&self, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
+        let owner = namespace.unwrap_or("all namespaces");
+        self.list(namespace, &ListParams::default(), |_| true, owner).await
+    }
+
+    /// The records `params` select in the cluster, or those `keep` selects in memory; newest first.
+    async fn list(
+        &self,
+        namespace: Option<&str>,
+        params: &ListParams,
+        keep: impl Fn(&Value) -> bool,
+        owner: &str,
+    ) -> Result<Vec<Value>, Error> {
+        let mut runs: Vec<Value> = match &self.in_memory {
+            Some(memory) => lock(memory)
+                .values()
+                .flatten()
+                .filter(|run| namespace.is_none() || run["metadata"]["namespace"].as_str() == namespace)
+                .filter(|run| keep(run))
+                .cloned()
+                .collect(),
+            None => with_timeout(self.api(namespace).list(params))
+                .await
+                .map_err(|source| Error::Api { action: "list", owner: owner.to_string(), source })?
+                .items
+                .into_iter()
+                .map(|o| serde_json::to_value(o).unwrap_or(Value::Null))
+                .collect(),
+        };
+        runs.sort_by_key(|run| std::cmp::Reverse(start_time(run)));
+        Ok(runs)
+    }
+
+    /// The latest record of a CR.
+    pub async fn latest(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Option<Latest>, Error> {
+        let runs = self.runs(owner_uid, namespace).await?;
+        Ok(runs.first().map(|run| Latest {
+            name: run["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            generation: run["spec"]["owner"]["generation"].as_i64(),
+            started: started(run).to_string(),
+            confirmations: run["status"]["confirmations"].as_i64().unwrap_or(0),
+        }))
+    }
+
+    /// Stores a record and keeps the CR's newest `limit`.
+    pub async fn record(&self, record: &RunRecord, limit: usize) -> Result<(), Error> {
+        let owner = || record.owner.name.clone();
+        let manifest = record.manifest();
+        let namespace = record.owner.namespace.as_deref();
+        match &self.in_memory {
+            Some(memory) => {
+                let mut memory = lock(memory);
+                let runs = memory.entry(record.owner.uid.clone()).or_default();
+                runs.push_front(manifest);
+                runs.truncate(limit);
+            }
+            None => {
+                let params = kube::api::PatchParams::apply(kubeapi::FIELD_MANAGER).force();
+                with_timeout(self.api(namespace).patch(
+                    &record.object_name(),
+                    &params,
+                    &Patch::Apply(&manifest),
+                ))
+                .await
+                .map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
+                self.prune(&record.owner.uid, namespace, limit).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes that a resync that changed nothing confirmed the latest record.
+    pub async fn confirm(
+        &self,
+        latest: &Latest,
+        owner_uid: &str,
+        namespace: Option<&str>,
+    ) -> Result<(), Error> {
+        let status = json!({"confirmations": latest.confirmations + 1, "lastConfirmed": jiff::Timestamp::now().to_string()});
+        match &self.in_memory {
+            Some(memory) => {
+                if let Some(run) = lock(memory).get_mut(owner_uid).and_then(|runs| runs.front_mut()) {
+                    run["status"] = status;
+                }
+            }
+            None => {
+                let patch = json!({"status": status});
+                with_timeout(self.api(namespace).patch_status(
+                    &latest.name,
+                    &kubeapi::patch_params(),
+                    &Patch::Merge(&patch),
+                ))
+                .await
+                .map_err(|source| Error::Api {
+                    action: "confirm",
+                    owner: latest.name.clone(),
+                    source,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes all but the newest `limit` records of a CR.
+    async fn prune(&self, owner_uid: &str, namespace: Option<&str>, limit: usize) -> Result<(), Error> {
+        let runs = self.runs(owner_uid, namespace).await?;
+        for old in runs.iter().skip(limit) {
+            let name = old["metadata"]["name"].as_str().unwrap_or_default();
+            let api = self.api(old["metadata"]["namespace"].as_str());
+            match with_timeout(api.delete(name, &DeleteParams::default())).await {
+                Ok(_) => {}
+                Err(error) if error.is_not_found() => {}
+                Err(source) => {
+                    return Err(Error::Api { action: "prune", owner: owner_uid.to_string(), source });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One record by name.
+    pub async fn run(&self, namespace: Option<&str>, name: &str) -> Result<Option<Value>, Error> {
+        match &self.in_memory {
+            Some(memory) => Ok(lock(memory)
+                .values()
+                .flatten()
+                .find(|r| r["metadata"]["name"] == name && r["metadata"]["namespace"].as_str() == namespace)
+                .cloned()),
+            None => with_timeout(self.api(namespace).get_opt(name))
+                .await
+                .map(|found| found.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
+                .map_err(|source| Error::Api { action: "read", owner: name.to_string(), source }),
+        }
+    }
+}
+
+/// The record's start time as written.
+fn started(run: &Value) -> &str {
+    run["spec"]["startTime"].as_str().unwrap_or_default()
+}
+
+/// The record's start time, for ordering (unreadable ones first).
+fn start_time(run: &Value) -> Option<jiff::Timestamp> {
+    started(run).parse().ok()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

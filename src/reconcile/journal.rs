@@ -1,0 +1,207 @@
+//! What a reconcile did, noted as it goes, and turned into the run's history record and Event when
+//! it ends (after the status is written), plus what the operator remembers for the next run's
+//! trigger.
+
+use jiff::Timestamp;
+use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
+
+use super::{Context, Error, Next, annotations};
+use crate::executor::Executor;
+use crate::history::ledger::CrKey;
+use crate::history::record::{FailedTask, OwnerRef, RunRecord, RunResult};
+use crate::history::trigger::{self, Facts, Scheduled, Trigger};
+use crate::history::{History, Latest};
+use crate::logging::error_chain;
+use crate::proxy::credentials::Touched;
+use crate::runner;
+use crate::status;
+
+/// Notes of one reconcile.
+#[derive(Debug, Default)]
+pub struct Journal {
+    /// Why it ran; `None` while no run is certain (then nothing is recorded).
+    pub trigger: Option<Trigger>,
+    /// The CR's latest record before this run.
+    latest: Option<Latest>,
+    /// When the run started.
+    started: Option<Timestamp>,
+    /// The generation it saw.
+    pub generation: Option<i64>,
+    /// The executor of the main run.
+    pub executor: Option<Executor>,
+    /// The main run's report.
+    pub report: Option<runner::Report>,
+    /// Objects the runs wrote through the proxy.
+    pub writes: Vec<Touched>,
+    /// The main run's output file.
+    pub log: Option<String>,
+}
+
+/// The CR as the ledger keys it.
+pub fn cr_key(ctx: &Context, object: &DynamicObject) -> CrKey {
+    (ctx.watch.gvk.group.clone(), ctx.watch.gvk.kind.clone(), object.namespace(), object.name_any())
+}
+
+impl Journal {
+    /// Decides why the coming run happens, from the CR before its `Running` write (which moves the
+    /// conditions' `observedGeneration`), its latest record and the ledger.
+    pub async fn start(&mut self, ctx: &Context, current: &DynamicObject, finalizing: bool) {
+        let history = ctx.settings.history.as_deref();
+        let namespace = current.namespace();
+        let latest = match history {
+            Some(history) => {
+                match history.latest(&current.uid().unwrap_or_default(), namespace.as_deref()).await {
+                    Ok(latest) => latest,
+                    Err(error) => {
+                        tracing::debug!(error = %error_chain(&error), "could not read the latest run record");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let (dependent, scheduled) = ctx.settings.ledger.take(&cr_key(ctx, current));
+        let request = annotations::reconcile_request(current.annotations());
+        let manual =
+            request.as_ref().filter(|r| is_newer(&r.at, latest.as_ref().map(|l| l.started.as_str())));
+        let observed = status::conditions_of(current)
+            .iter()
+            .filter(|c| {
+                c["type"] == status::conditions::SUCCESSFUL || c["type"] == status::conditions::FAILURE
+            })
+            .filter_map(|c| c["observedGeneration"].as_i64())
+            .chain(latest.as_ref().and_then(|l| l.generation))
+            .max();
+        let generation = current.metadata.generation;
+        self.trigger = Some(trigger::decide(Facts {
+            finalizing,
+            manual: manual.map(|r| r.by.as_str()),
+            generation,
+            observed_generation: observed,
+            dependent,
+            scheduled,
+        }));
+        tracing::debug!(trigger = ?self.trigger, "run triggered");
+        self.latest = latest;
+        self.started = Some(Timestamp::now());
+        self.generation = generation;
+    }
+}
+
+/// Whether the request time `at` is after the last run started (`None`: there was none).
+fn is_newer(at: &str, last_started: Option<&str>) -> bool {
+    let Some(last) = last_started else { return true };
+    match (at.parse::<Timestamp>(), last.parse::<Timestamp>()) {
+        (Ok(at), Ok(last)) => at > last,
+        _ => false,
+    }
+}
+
+/// After a reconcile: its record and Event, and what to remember for the next run's trigger.
+pub async fn finish(
+    ctx: &Context,
+    object: &DynamicObject,
+    ident: &str,
+    journal: Journal,
+    result: &Result<Next, Error>,
+) {
+    let key = cr_key(ctx, object);
+    let uses_requeue_after = journal.report.as_ref().is_some_and(|r| r.outcome.requeue_after.is_some());
+    match result {
+        Ok(Next::Requeue(_)) if uses_requeue_after => {
+            ctx.settings.ledger.scheduled(key, Scheduled::RequeueAfter)
+        }
+        Ok(Next::Requeue(_)) => ctx.settings.ledger.scheduled(key, Scheduled::Resync),
+        Ok(Next::AwaitChange) | Err(_) => {}
+    }
+    let (Some(trigger), Some(started)) = (journal.trigger.clone(), journal.started) else { return };
+    let record = record(ctx, object, ident, trigger, started, &journal, result);
+    let history = ctx.settings.history.as_deref();
+    if let Some(history) = history {
+        write(history, ctx, &record, journal.latest.as_ref()).await;
+    }
+    if let Some(events) = &ctx.settings.events {
+        events.publish(&record, &object.object_ref(&ctx.resource)).await;
+    }
+}
+
+/// Stores the record, or confirms the latest one when a resync changed nothing.
+async fn write(history: &History, ctx: &Context, record: &RunRecord, latest: Option<&Latest>) {
+    let limit = ctx.watch.extensions.run_history_limit.unwrap_or(ctx.settings.run_history_limit);
+    if limit == 0 {
+        return;
+    }
+    let unchanged = record.stats.as_ref().is_some_and(|s| s.changed == 0);
+    let confirms = record.result == RunResult::Successful && unchanged && record.trigger.confirms();
+    let namespace = record.owner.namespace.as_deref();
+    let written = match latest.filter(|_| confirms) {
+        Some(latest) => history.confirm(latest, &record.owner.uid, namespace).await,
+        None => history.record(record, limit).await,
+    };
+    if let Err(error) = written {
+        tracing::warn!(error = %error_chain(&error), "could not write the run record");
+    }
+}
+
+fn record(
+    ctx: &Context,
+    object: &DynamicObject,
+    ident: &str,
+    trigger: Trigger,
+    started: Timestamp,
+    journal: &Journal,
+    result: &Result<Next, Error>,
+) -> RunRecord {
+    let outcome = journal.report.as_ref().map(|r| &r.outcome);
+    let failed_task = outcome.and_then(|o| o.failures.first()).map(|f| FailedTask {
+        task: f.task.clone(),
+        host: f.host.clone(),
+        message: f.describe(),
+    });
+    let message = match result {
+        Err(error) if failed_task.is_none() => Some(error_chain(error)),
+        _ => None,
+    };
+    RunRecord {
+        ident: ident.to_string(),
+        owner: OwnerRef {
+            api_version: ctx.watch.gvk.api_version(),
+            kind: ctx.watch.gvk.kind.clone(),
+            namespace: object.namespace(),
+            name: object.name_any(),
+            uid: object.uid().unwrap_or_default(),
+            generation: journal.generation,
+        },
+        trigger,
+        executor: journal.executor.unwrap_or(Executor::Cold).as_str(),
+        started,
+        finished: Timestamp::now(),
+        result: if result.is_ok() { RunResult::Successful } else { RunResult::Failure },
+        stats: outcome.and_then(|o| o.stats.clone()),
+        failed_task,
+        message,
+        tasks: outcome.map(|o| o.tasks.clone()).unwrap_or_default(),
+        tasks_omitted: outcome.map_or(0, |o| o.tasks_omitted),
+        objects: journal.writes.clone(),
+        log: journal.log.clone(),
+    }
+}
+
+/// A failed reconcile will be retried: the retry is attempt `failures + 1`.
+pub fn retry_scheduled(ctx: &Context, object: &DynamicObject, failures: u32) {
+    ctx.settings.ledger.scheduled(cr_key(ctx, object), Scheduled::Retry { attempt: failures + 1 });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_counts_when_it_is_newer_than_the_last_run() {
+        assert!(is_newer("2026-11-23T10:00:01Z", Some("2026-11-23T10:00:00.5Z")));
+        assert!(!is_newer("2026-11-23T10:00:00Z", Some("2026-11-23T10:00:00.5Z")));
+        assert!(is_newer("2026-11-23T10:00:00Z", None), "no run yet");
+        assert!(!is_newer("soon", Some("2026-11-23T10:00:00Z")));
+    }
+}

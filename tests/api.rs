@@ -1,0 +1,195 @@
+//! The HTTPS API against the real API server and real Ansible, with real ServiceAccount tokens: no
+//! token 401, another namespace or a reconcile without `patch` 403, the right data otherwise; a
+//! running playbook's log arrives live before the run ends; a reconcile request starts a run whose
+//! record says who asked.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::api::{ApiServer, certificate, service_account};
+use support::operator::{Operator, OperatorConfig};
+
+const GROUP: &str = "api.test.example.com";
+const KIND: &str = "Served";
+const PLURAL: &str = "serveds";
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn install(client: &kube::Client) {
+    support::install_crd(client, &support::crd(GROUP, KIND, true)).await;
+    support::install_run_records_crd(client).await;
+}
+
+/// An operator on the api.yml playbook with its API on a free port.
+fn operator(namespaces: &str, cert_dir: Option<&std::path::Path>) -> (Operator, ApiServer) {
+    let port = support::free_port();
+    let mut config =
+        OperatorConfig::new(WATCHES.as_str(), namespaces).arg(format!("--api-bind-address=127.0.0.1:{port}"));
+    let mut cacert = None;
+    if let Some(dir) = cert_dir {
+        cacert = Some(certificate(dir));
+        config = config.arg(format!("--api-cert-dir={}", dir.display()));
+    }
+    let operator = config.start();
+    let api = ApiServer::localhost(port, cacert);
+    api.wait_until_up(WAIT);
+    (operator, api)
+}
+
+static WATCHES: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| support::playbook_watch(GROUP, KIND, "api.yml"));
+
+fn cr_path(namespace: &str, name: &str) -> String {
+    format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs/{namespace}/{name}")
+}
+
+/// Waits until the CR's detail (read with `token`) passes `check`.
+async fn wait_detail(
+    api: &ApiServer,
+    path: &str,
+    token: &str,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    support::wait_for(what, WAIT, || async {
+        let detail = api.get_ok(path, token);
+        Ok(if check(&detail) { Ok(detail) } else { Err(format!("detail: {detail}")) })
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
+    let client = support::client().await;
+    install(&client).await;
+    let mine = support::TestNamespace::new(&client, "api-mine").await;
+    let other = support::TestNamespace::new(&client, "api-other").await;
+    let resource = format!("{PLURAL}.{GROUP}");
+    let reader = service_account(&mine.name, "reader", "get,list", &resource);
+    let operator_user = service_account(&mine.name, "operator-user", "get,list,patch", &resource);
+    let cert_dir = support::operator::scratch_dir("api-cert");
+    let (_operator, api) = operator(&format!("{},{}", mine.name, other.name), Some(&cert_dir));
+
+    let crs = support::cr_api(&client, GROUP, KIND, &mine.name);
+    support::create_cr(&crs, GROUP, KIND, "mine", json!({"pause": 0})).await;
+    let theirs = support::cr_api(&client, GROUP, KIND, &other.name);
+    support::create_cr(&theirs, GROUP, KIND, "theirs", json!({"pause": 0})).await;
+    let mine_path = cr_path(&mine.name, "mine");
+    let detail = wait_detail(&api, &mine_path, &reader, "a recorded run", |d| {
+        d["runs"].as_array().is_some_and(|runs| !runs.is_empty()) && d["state"] == "Successful"
+    })
+    .await;
+
+    // Without a token, or with one the API server rejects: 401 with a JSON body.
+    let anonymous = api.request("GET", "/api/v1/kinds", None);
+    assert_eq!(anonymous.status, 401, "{}", anonymous.body);
+    assert_eq!(anonymous.body["code"], 401);
+    assert_eq!(anonymous.body["reason"], "Unauthorized");
+    assert_eq!(api.request("GET", &mine_path, Some("not-a-token")).status, 401);
+
+    // The reader sees its namespace, and only that.
+    let kinds = api.get_ok("/api/v1/kinds", &reader);
+    assert!(
+        kinds["kinds"].as_array().unwrap().iter().any(|k| k["kind"] == KIND && k["plural"] == PLURAL),
+        "{kinds}"
+    );
+    let listed = api.get_ok(&format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs?namespace={}", mine.name), &reader);
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(items[0]["name"], "mine");
+    assert_eq!(items[0]["state"], "Successful");
+    assert_eq!(items[0]["lastRun"]["trigger"]["reason"], "Created");
+    for forbidden in [
+        format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs"),
+        format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs?namespace={}", other.name),
+        cr_path(&other.name, "theirs"),
+    ] {
+        let reply = api.request("GET", &forbidden, Some(&reader));
+        assert_eq!(reply.status, 403, "GET {forbidden}: {}", reply.body);
+        assert!(reply.body["message"].as_str().unwrap().contains("system:serviceaccount:"), "{}", reply.body);
+    }
+
+    // One CR: its conditions and runs; one run: its tasks; its log from the artifacts.
+    assert_eq!(detail["name"], "mine");
+    assert!(detail["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Successful"), "{detail}");
+    let run_name = detail["runs"][0]["name"].as_str().unwrap().to_string();
+    let run = api.get_ok(&format!("{mine_path}/runs/{run_name}"), &reader);
+    let tasks: Vec<&str> =
+        run["tasks"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(tasks, ["say hello", "wait a moment", "say goodbye"]);
+    assert!(run["tasks"][0]["durationSeconds"].is_number());
+    assert_eq!(run["result"], "Successful");
+    assert!(run.get("log").is_none(), "no file paths: {run}");
+    let log = api.request("GET", &format!("{mine_path}/runs/{run_name}/log"), Some(&reader));
+    assert_eq!(log.status, 200);
+    let text = log.body.as_str().unwrap();
+    assert!(text.contains("TASK [say hello]") && text.contains("first line of mine"), "{text}");
+    assert!(!text.contains("\"uuid\""), "the log is what Ansible printed, not its events: {text}");
+    assert_eq!(api.request("GET", &format!("{mine_path}/runs/nope"), Some(&reader)).status, 404);
+
+    // A reconcile needs patch; with it, the run happens and its record says who asked.
+    let denied = api.request("POST", &format!("{mine_path}/reconcile"), Some(&reader));
+    assert_eq!(denied.status, 403, "{}", denied.body);
+    let accepted = api.request("POST", &format!("{mine_path}/reconcile"), Some(&operator_user));
+    assert_eq!(accepted.status, 202, "{}", accepted.body);
+    let who = format!("system:serviceaccount:{}:operator-user", mine.name);
+    assert_eq!(accepted.body["by"], who.as_str());
+    let detail = wait_detail(&api, &mine_path, &reader, "the requested run", |d| {
+        d["runs"][0]["trigger"]["reason"] == "Manual"
+    })
+    .await;
+    assert_eq!(detail["runs"][0]["trigger"]["by"], who.as_str());
+}
+
+#[tokio::test]
+async fn a_running_playbooks_log_arrives_live_before_the_run_ends() {
+    let client = support::client().await;
+    install(&client).await;
+    let ns = support::TestNamespace::new(&client, "api-live").await;
+    let token = service_account(&ns.name, "watcher", "get,list", &format!("{PLURAL}.{GROUP}"));
+    let (_operator, api) = operator(&ns.name, None);
+    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
+    support::create_cr(&crs, GROUP, KIND, "slow", json!({"pause": 8})).await;
+    let path = cr_path(&ns.name, "slow");
+
+    let detail =
+        wait_detail(&api, &path, &token, "the run in flight", |d| d["inFlight"]["ident"].is_string()).await;
+    assert_eq!(detail["state"], "Running");
+    let ident = detail["inFlight"]["ident"].as_str().unwrap().to_string();
+    let stream = api.follow(&format!("{path}/runs/{ident}/log"), &token);
+
+    let mut first = None;
+    let deadline = Instant::now() + WAIT;
+    let ended = loop {
+        let (kind, data, at) = stream
+            .events
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("the log stream ended early or stalled");
+        if kind == "line" && data.contains("first line of slow") && first.is_none() {
+            first = Some(at);
+            let now = api.get_ok(&path, &token);
+            assert_eq!(now["inFlight"]["ident"], ident.as_str(), "the run is still in flight: {now}");
+        }
+        if kind == "line" && data.contains("last line of slow") {
+            assert!(first.is_some(), "the first line came first");
+        }
+        if kind == "end" {
+            break at;
+        }
+    };
+    let first = first.expect("the first line arrived");
+    assert!(
+        ended.duration_since(first) >= Duration::from_secs(5),
+        "the first line came {:?} before the end: it was streamed, not replayed",
+        ended.duration_since(first)
+    );
+
+    // Afterwards the record is there, and its log comes from the artifacts.
+    let detail =
+        wait_detail(&api, &path, &token, "the record", |d| d["runs"][0]["ident"] == ident.as_str()).await;
+    let name = detail["runs"][0]["name"].as_str().unwrap();
+    let log = api.request("GET", &format!("{path}/runs/{name}/log"), Some(&token));
+    let text = log.body.as_str().unwrap_or_default();
+    assert!(text.contains("first line of slow") && text.contains("last line of slow"), "{text}");
+}

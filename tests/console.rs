@@ -1,0 +1,181 @@
+//! The web console in a real headless Chromium (Debian's chromium and chromium-driver, driven over
+//! WebDriver): sign in with a ServiceAccount's token, find the CR, open it, see its runs and the task
+//! chart, press "Reconcile now" and see the new run appear. Screenshots go to
+//! target/test-output/console/ for a reviewer to look at.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use support::api::{ApiServer, service_account};
+use support::operator::OperatorConfig;
+
+const GROUP: &str = "console.test.example.com";
+const KIND: &str = "Shown";
+const PLURAL: &str = "showns";
+const WAIT: Duration = Duration::from_secs(90);
+
+/// chromedriver on a free port, stopped when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = support::free_port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver (hack/install-browser.sh installs it)");
+        Driver { child, port }
+    }
+
+    async fn browser(&self) -> Client {
+        let capabilities = json!({
+            "acceptInsecureCerts": true,
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1400,1000"],
+            },
+        });
+        let capabilities = capabilities.as_object().unwrap().clone();
+        let url = format!("http://127.0.0.1:{}", self.port);
+        support::wait_for("chromedriver", WAIT, || async {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector).capabilities(capabilities.clone()).connect(&url).await {
+                Ok(client) => Ok(Ok(client)),
+                Err(error) => Err(error.to_string()),
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let dir = support::repo().join("target/test-output/console");
+    std::fs::create_dir_all(&dir).expect("create the screenshot dir");
+    dir
+}
+
+async fn screenshot(browser: &Client, name: &str) {
+    let png = browser.screenshot().await.expect("take a screenshot");
+    let path = screenshots().join(name);
+    std::fs::write(&path, png).expect("write the screenshot");
+    eprintln!("screenshot: {}", path.display());
+}
+
+/// Texts of the elements matching `css`.
+async fn texts(browser: &Client, css: &str) -> Result<Vec<String>, String> {
+    let mut texts = Vec::new();
+    for element in browser.find_all(Locator::Css(css)).await.map_err(|e| e.to_string())? {
+        texts.push(element.text().await.map_err(|e| e.to_string())?);
+    }
+    Ok(texts)
+}
+
+/// Waits until the elements matching `css` pass `check`; their texts.
+async fn wait_texts(
+    browser: &Client,
+    css: &str,
+    what: &str,
+    check: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    support::wait_for(what, WAIT, || async {
+        let found = texts(browser, css).await?;
+        Ok(if check(&found) { Ok(found) } else { Err(format!("{css}: {found:?}")) })
+    })
+    .await
+}
+
+#[tokio::test]
+async fn sign_in_open_a_cr_read_its_runs_and_reconcile_it_now() {
+    let client = support::client().await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    support::install_run_records_crd(&client).await;
+    let ns = support::TestNamespace::new(&client, "console").await;
+    let token = service_account(&ns.name, "console", "get,list,patch", &format!("{PLURAL}.{GROUP}"));
+    let port = support::free_port();
+    let watches = support::playbook_watch(GROUP, KIND, "api.yml");
+    let _operator =
+        OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
+    let api = ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
+    support::create_cr(&crs, GROUP, KIND, "web", json!({"pause": 6})).await;
+
+    let driver = Driver::start();
+    let browser = driver.browser().await;
+    browser.goto(&api.url("/")).await.unwrap();
+
+    // Sign in; the account may read one namespace only, so the console asks for it.
+    let field = browser.wait().at_most(WAIT).for_element(Locator::Css("#token")).await.unwrap();
+    screenshot(&browser, "01-sign-in.png").await;
+    field.send_keys(&token).await.unwrap();
+    browser.find(Locator::Css("#sign-in")).await.unwrap().click().await.unwrap();
+    wait_texts(&browser, ".kind .error", "the hint to choose a namespace", |t| {
+        t.iter().any(|t| t.contains("Enter a namespace"))
+    })
+    .await;
+    let namespace = browser.find(Locator::Css("#namespace")).await.unwrap();
+    namespace.send_keys(&format!("{}\u{E007}", ns.name)).await.unwrap();
+    let rows = wait_texts(&browser, ".cr-row", "the CR, converged", |rows| {
+        rows.iter().any(|row| row.contains("web") && row.contains("Successful"))
+    })
+    .await;
+    assert!(rows[0].contains("Created"), "the last run's trigger shows: {rows:?}");
+    screenshot(&browser, "02-kinds.png").await;
+
+    // The CR: its runs, the selected run's task chart and log.
+    browser.find(Locator::LinkText("web")).await.unwrap().click().await.unwrap();
+    wait_texts(&browser, "#timeline li.run", "the first run", |runs| runs.len() == 1).await;
+    let bars = wait_texts(&browser, "#task-chart svg g.task", "a bar per task", |bars| bars.len() == 3).await;
+    assert_eq!(bars.len(), 3);
+    let names =
+        wait_texts(&browser, "#task-chart svg g.task > text:first-of-type", "task names", |t| t.len() == 3)
+            .await;
+    assert_eq!(names, ["say hello", "wait a moment", "say goodbye"]);
+    wait_texts(&browser, "#log", "the run's log", |log| log.iter().any(|l| l.contains("first line of web")))
+        .await;
+    let conditions = texts(&browser, ".conditions tbody tr").await.unwrap();
+    assert!(conditions.iter().any(|c| c.starts_with("Successful")), "{conditions:?}");
+    screenshot(&browser, "03-cr.png").await;
+
+    // Reconcile now: the new run appears, says who asked, and ends.
+    browser.find(Locator::Css("#reconcile")).await.unwrap().click().await.unwrap();
+    let notice =
+        wait_texts(&browser, "#notice", "the request's notice", |n| n.iter().any(|n| !n.is_empty())).await;
+    assert!(notice[0].contains("Reconcile requested by system:serviceaccount:"), "{notice:?}");
+    let who = format!("manual, by system:serviceaccount:{}:console", ns.name);
+    let runs = wait_texts(&browser, "#timeline li.run", "the requested run, in flight", |runs| {
+        runs.len() == 2 && runs[0].contains(&who) && runs[0].contains("running since")
+    })
+    .await;
+    assert!(runs[1].contains("Created"), "{runs:?}");
+    wait_texts(&browser, "#log", "its log, live", |log| log.iter().any(|l| l.contains("first line of web")))
+        .await;
+    let live = texts(&browser, "#log-state").await.unwrap();
+    screenshot(&browser, "04-reconcile-running.png").await;
+    assert!(live[0].contains("live") || live[0].contains("ended"), "{live:?}");
+    wait_texts(&browser, "#timeline li.run.selected", "the requested run, ended and selected", |runs| {
+        runs.len() == 1 && runs[0].contains(&who) && runs[0].contains("Successful")
+    })
+    .await;
+    wait_texts(&browser, "#task-chart svg g.task", "its task chart", |bars| bars.len() == 3).await;
+    screenshot(&browser, "05-reconciled.png").await;
+    browser.close().await.unwrap();
+}
