@@ -4,13 +4,26 @@
 # the project (watches.yaml, roles/, playbooks/) in HOME=/opt/ansible, running as user 1001.
 #   docker build -t ansible-operator:dev .
 # The cache mounts need BuildKit (the default builder of current Docker, also supported by Buildah).
+#
+# The build arguments only say where the inputs come from; the runtime stage (4.) is the same in
+# every build. `make docker-build` builds this file with podman where no registry is reachable:
+# base images made with debootstrap from Debian's archive (RUST_IMAGE is then unused,
+# PYTHON_IMAGE is Debian bookworm's python3) and BINARIES=prebuilt, the operator and etcd built
+# on the host (hack/images.sh).
 
 ARG RUST_VERSION=1.95
 ARG GO_VERSION=1.26
 ARG PYTHON_VERSION=3.11
+ARG RUST_IMAGE=rust:${RUST_VERSION}-bookworm
+ARG GO_IMAGE=golang:${GO_VERSION}-bookworm
+ARG PYTHON_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
+# Where the operator and etcd binaries come from: `source` builds them in stages 1 and 2;
+# `prebuilt` takes them from .local/image/ in the build context (ansible-operator, etcdctl,
+# etcd-releases/v<version>/), built by the same commands on a bookworm host.
+ARG BINARIES=source
 
 # 1. The operator binary.
-FROM rust:${RUST_VERSION}-bookworm AS operator
+FROM ${RUST_IMAGE} AS operator
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
@@ -22,7 +35,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # 2. etcd and etcdctl from the release pinned in hack/kube/go.mod: etcdctl for
 # playbooks/etcdbackup.yml, both as the release playbooks/etcdcluster.yml installs on hosts
 # (/opt/etcd-releases/v<version>/).
-FROM golang:${GO_VERSION}-bookworm AS etcdctl
+FROM ${GO_IMAGE} AS etcdctl
 WORKDIR /src/hack/kube
 COPY hack/kube/ ./
 RUN --mount=type=cache,target=/go/pkg/mod \
@@ -33,17 +46,30 @@ RUN --mount=type=cache,target=/go/pkg/mod \
  && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "/out/etcd-releases/$version/etcd" go.etcd.io/etcd/server/v3 \
  && cp "/out/etcd-releases/$version/etcdctl" /out/etcdctl
 
-# 3. The Ansible venv: the pins of hack/requirements-ansible.txt without pytest and the packages
-# only pytest needs (iniconfig, pluggy, Pygments), kubernetes.core from the checksum-pinned
-# `ansible` wheel (as hack/install-ansible.sh does), and our operator_sdk.util collection.
-FROM python:${PYTHON_VERSION}-slim-bookworm AS ansible
+# The binaries the runtime stage copies, from one of the two sources (BINARIES). A builder that
+# skips unused stages (BuildKit, Buildah) runs only the chosen one.
+FROM scratch AS binaries-source
+COPY --from=operator /out/ansible-operator /out/ansible-operator
+COPY --from=etcdctl /out/ /out/
+
+FROM scratch AS binaries-prebuilt
+COPY .local/image/ /out/
+
+FROM binaries-${BINARIES} AS binaries
+
+# 3. The Ansible venv of one toolchain (hack/toolchains/<ANSIBLE_TOOLCHAIN>/, as hack/install-ansible.sh
+# installs it): its pins without pytest and the packages only pytest needs (iniconfig, pluggy,
+# Pygments), kubernetes.core from the checksum-pinned `ansible` wheel its `bundle` file names, and our
+# operator_sdk.util collection. 2.18 (default) is upstream's base image; 2.19 is the current line:
+#   docker build --build-arg ANSIBLE_TOOLCHAIN=2.19 -t ansible-operator:dev-2.19 .
+FROM ${PYTHON_IMAGE} AS ansible
 ARG PYTHON_VERSION
-ARG ANSIBLE_BUNDLE_VERSION=12.3.0
-ARG ANSIBLE_BUNDLE_SHA256=cd156f82fa87f7a899212b0efa9f7ca3a24d609212de9f78428a572eb01e5414
+ARG ANSIBLE_TOOLCHAIN=2.18
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-COPY hack/requirements-ansible.txt /tmp/requirements-ansible.txt
-RUN python -m venv /opt/venv \
- && grep -viE '^(pytest|iniconfig|pluggy|pygments)==' /tmp/requirements-ansible.txt > /tmp/requirements.txt \
+COPY hack/toolchains/${ANSIBLE_TOOLCHAIN}/ /tmp/toolchain/
+RUN . /tmp/toolchain/bundle \
+ && python -m venv /opt/venv \
+ && grep -viE '^(pytest|iniconfig|pluggy|pygments)==' /tmp/toolchain/requirements.txt > /tmp/requirements.txt \
  && /opt/venv/bin/pip install -r /tmp/requirements.txt \
  && echo "ansible==${ANSIBLE_BUNDLE_VERSION} --hash=sha256:${ANSIBLE_BUNDLE_SHA256}" > /tmp/bundle.txt \
  && /opt/venv/bin/pip download --no-deps --require-hashes -r /tmp/bundle.txt -d /tmp/bundle \
@@ -53,15 +79,18 @@ members = [m for m in z.namelist() if m.startswith("ansible_collections/kubernet
 sys.exit("no kubernetes.core in " + sys.argv[1]) if not members else z.extractall(sys.argv[2], members)' \
     "/tmp/bundle/ansible-${ANSIBLE_BUNDLE_VERSION}-py3-none-any.whl" \
     "/opt/venv/lib/python${PYTHON_VERSION}/site-packages" \
- && rm -rf /tmp/bundle /tmp/bundle.txt /tmp/requirements.txt /tmp/requirements-ansible.txt
+ && echo "${ANSIBLE_TOOLCHAIN}" > /opt/venv/.toolchain \
+ && rm -rf /tmp/bundle /tmp/bundle.txt /tmp/requirements.txt /tmp/toolchain
+COPY worker/ansible_operator_worker /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ansible_operator_worker
 COPY collections/ansible_collections/operator_sdk/util \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ansible_collections/operator_sdk/util
-RUN /opt/venv/bin/ansible-doc kubernetes.core.k8s > /dev/null \
+RUN /opt/venv/bin/python -c 'import ansible_operator_worker.zygote' \
+ && /opt/venv/bin/ansible-doc kubernetes.core.k8s > /dev/null \
  && /opt/venv/bin/ansible-doc operator_sdk.util.k8s_status > /dev/null \
  && rm -rf /root/.ansible
 
 # 4. The runtime image.
-FROM python:${PYTHON_VERSION}-slim-bookworm
+FROM ${PYTHON_IMAGE}
 RUN apt-get update \
  && apt-get install -y --no-install-recommends tini openssh-client \
  && rm -rf /var/lib/apt/lists/*
@@ -74,9 +103,9 @@ RUN mkdir -p /etc/ansible \
  && mkdir -p /opt/ansible/.ansible/tmp \
  && chown -R 1001:0 /opt/ansible \
  && chmod -R ug+rwx /opt/ansible
-COPY --from=operator /out/ansible-operator /usr/local/bin/ansible-operator
-COPY --from=etcdctl /out/etcd-releases /opt/etcd-releases
-COPY --from=etcdctl /out/etcdctl /usr/local/bin/etcdctl
+COPY --from=binaries /out/ansible-operator /usr/local/bin/ansible-operator
+COPY --from=binaries /out/etcd-releases /opt/etcd-releases
+COPY --from=binaries /out/etcdctl /usr/local/bin/etcdctl
 COPY --from=ansible /opt/venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \

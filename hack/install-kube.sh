@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the pinned local control plane: kube-apiserver, kube-controller-manager, kubectl, etcd and etcdctl,
-# built with the machine's Go toolchain from the Kubernetes Go modules pinned in hack/kube/go.mod.
+# Installs the pinned local cluster: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kubectl, etcd and etcdctl, built with the machine's Go toolchain from the Kubernetes Go modules pinned in hack/kube/go.mod.
 # Binaries are cached outside the repository, keyed by version, and linked into .local/bin/, so a
 # fresh clone on the same machine does not rebuild.
 set -euo pipefail
@@ -13,7 +13,7 @@ etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/ansible-operator/kube-$kube_version-etcd-$etcd_version"
 bin="$repo/.local/bin"
-commands=(kube-apiserver kube-controller-manager kubectl etcd etcdctl)
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd etcdctl)
 
 missing=()
 for cmd in "${commands[@]}"; do
@@ -22,7 +22,7 @@ done
 
 if ((${#missing[@]})); then
   command -v go >/dev/null || { echo "install-kube: Go is required to build the control plane" >&2; exit 1; }
-  echo "install-kube: building ${missing[*]} (Kubernetes $kube_version, etcd $etcd_version) with $(go version | cut -d' ' -f3); a cold build takes about 10 minutes on 2 cores"
+  echo "install-kube: building ${missing[*]} (Kubernetes $kube_version, etcd $etcd_version) with $(go version | cut -d' ' -f3); a cold build takes about 15 minutes on 2 cores"
   minor=${kube_version#v1.}; minor=${minor%%.*}
   ldflags="-s -w"
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -53,4 +53,10 @@ for cmd in "${commands[@]}"; do
   ln -sfn "$cache/bin/$cmd" "$bin/$cmd"
 done
 echo "install-kube: linked ${commands[*]} into $bin"
+
+# Our own small CRI client (hack/kube/cmd/cri-reset), rebuilt when its source changes.
+if [[ ! -x "$bin/cri-reset" || "$module/cmd/cri-reset/main.go" -nt "$bin/cri-reset" ]]; then
+  echo "install-kube: go build ./cmd/cri-reset"
+  (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/cri-reset" ./cmd/cri-reset)
+fi
 

@@ -8,5 +8,7 @@ import (
 	_ "go.etcd.io/etcd/etcdctl/v3/ctlv3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	_ "k8s.io/kubernetes/cmd/kubelet/app"
 	_ "k8s.io/kubectl/pkg/cmd"
 )
