@@ -113,11 +113,28 @@ async fn mark_unsafe_delivers_jinja_in_the_spec_literally() {
 }
 
 #[tokio::test]
-async fn without_mark_unsafe_ansible_templates_jinja_in_the_spec() {
-    let spec = json!({"templateMe": "{{ 1 + 1 }}"});
-    let watches = watches(&["template_me"], "", "");
-    let (vars, _) = vars_seen("vars-templated", &watches, spec).await;
+async fn by_default_a_cr_cannot_make_the_operator_run_code() {
+    let attack = "{{ lookup('pipe', 'id -un') }}";
+    let spec = json!({"message": attack, "nested": {"list": ["{% if true %}x{% endif %}", "plain"]}, "plain": "a { b }"});
+    let names = ["message", "nested", "plain", SPEC_VAR, OBJECT_VAR];
+    let (vars, _) = vars_seen("vars-inert", &watches(&names, "", ""), spec).await;
+
+    assert_eq!(vars["message"], attack, "the lookup stayed text");
+    assert_eq!(vars["nested"], json!({"list": ["{% if true %}x{% endif %}", "plain"]}));
+    assert_eq!(vars["plain"], "a { b }", "strings without a delimiter are passed as before");
+    assert_eq!(vars[SPEC_VAR]["message"], attack);
+    assert_eq!(vars[OBJECT_VAR]["spec"]["message"], attack);
+}
+
+#[tokio::test]
+async fn trusted_cr_templates_are_evaluated_as_upstream_does() {
+    let spec = json!({"templateMe": "{{ 1 + 1 }}", "who": "{{ lookup('pipe', 'id -un') }}"});
+    let watches = watches(&["template_me", "who"], "  trustCRTemplates: true\n", "");
+    let (vars, _) = vars_seen("vars-trusted", &watches, spec).await;
 
     let value = &vars["template_me"];
     assert!(value == 2 || value == "2", "templated to 2, got {value}");
+    let user =
+        String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+    assert_eq!(vars["who"], user.trim(), "the lookup ran on the operator's host");
 }

@@ -16,12 +16,8 @@ use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tokio::time::Instant;
 
-pub use server::{BindAddress, Error, OPENMETRICS_CONTENT_TYPE, bind, parse_address, serve_metrics};
+pub use server::{OPENMETRICS_CONTENT_TYPE, Secure, serve_metrics};
 pub use user::{UserMetricError, UserMetrics, serve_user_metrics};
-
-#[cfg(test)]
-pub(crate) use server::test_client;
-pub(crate) use server::{Body, TEXT_CONTENT_TYPE, not_found, respond, serve};
 
 /// Prometheus client libraries' default histogram buckets, in seconds.
 pub const DEFAULT_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -38,6 +34,10 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     MAX_CONCURRENT,
     RUNS_IN_FLIGHT,
     RUNS_WAITING,
+    EXECUTOR_RUNS,
+    EXECUTOR_FALLBACKS,
+    EXECUTOR_WORKER_RESTARTS,
+    EXECUTOR_WORKER_RSS,
 ];
 
 const BUILD_INFO: &str = "ansible_operator_build_info";
@@ -50,6 +50,10 @@ const ACTIVE_WORKERS: &str = "controller_runtime_active_workers";
 const MAX_CONCURRENT: &str = "controller_runtime_max_concurrent_reconciles";
 const RUNS_IN_FLIGHT: &str = "ansible_operator_runs_in_flight";
 const RUNS_WAITING: &str = "ansible_operator_runs_waiting";
+const EXECUTOR_RUNS: &str = "ansible_operator_executor_runs_total";
+const EXECUTOR_FALLBACKS: &str = "ansible_operator_executor_fallbacks_total";
+const EXECUTOR_WORKER_RESTARTS: &str = "ansible_operator_executor_worker_restarts_total";
+const EXECUTOR_WORKER_RSS: &str = "ansible_operator_executor_worker_resident_memory_bytes";
 
 /// Every `result` of `controller_runtime_reconcile_total`.
 const CONTROLLER_RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
@@ -118,6 +122,10 @@ struct Instruments {
     max_concurrent: Family<Labels<1>, Gauge>,
     runs_in_flight: Gauge,
     runs_waiting: Gauge,
+    executor_runs: Family<Labels<1>, Counter>,
+    executor_fallbacks: Family<Labels<1>, Counter>,
+    executor_worker_restarts: Counter,
+    executor_worker_rss: Gauge,
 }
 
 /// The operator's metrics registry; create once with [`Metrics::new`] and share the `Arc`.
@@ -141,6 +149,10 @@ impl Metrics {
             max_concurrent: Family::default(),
             runs_in_flight: Gauge::default(),
             runs_waiting: Gauge::default(),
+            executor_runs: Family::default(),
+            executor_fallbacks: Family::default(),
+            executor_worker_restarts: Counter::default(),
+            executor_worker_rss: Gauge::default(),
         });
         let build_info = Family::<Labels<2>, Gauge>::default();
         build_info.get_or_create(&[("commit", commit.to_string()), ("version", version.to_string())]).set(1);
@@ -192,6 +204,26 @@ impl Metrics {
             "Number of reconciles waiting for the global ansible-runner budget",
             i.runs_waiting.clone(),
         );
+        registry.register(
+            counter_family(EXECUTOR_RUNS),
+            "Playbook runs by the executor that ran them (warm: forked from the worker; cold: a new ansible-runner, or a warm run that fell back)",
+            i.executor_runs.clone(),
+        );
+        registry.register(
+            counter_family(EXECUTOR_FALLBACKS),
+            "Runs asked to be warm that ran cold, by reason",
+            i.executor_fallbacks.clone(),
+        );
+        registry.register(
+            counter_family(EXECUTOR_WORKER_RESTARTS),
+            "Times the warm Ansible worker ended and was started again",
+            i.executor_worker_restarts.clone(),
+        );
+        registry.register(
+            EXECUTOR_WORKER_RSS,
+            "Resident memory of the warm Ansible worker",
+            i.executor_worker_rss.clone(),
+        );
         registry.register_collector(Box::new(user::Collector(user.clone())));
         Arc::new(Metrics { registry, instruments, user })
     }
@@ -232,6 +264,26 @@ impl Metrics {
     /// Counts one reconcile waiting for the global run budget until the guard is dropped.
     pub fn waiting(&self) -> WaitGuard {
         GaugeGuard::new(self.instruments.runs_waiting.clone())
+    }
+
+    /// Counts a playbook run by the executor that ran it.
+    pub fn executor_run(&self, executor: crate::executor::Executor) {
+        self.instruments.executor_runs.get_or_create(&[("executor", executor.as_str().to_string())]).inc();
+    }
+
+    /// Counts a run asked to be warm that ran cold, by `reason` (a short, fixed label).
+    pub fn executor_fallback(&self, reason: &'static str) {
+        self.instruments.executor_fallbacks.get_or_create(&[("reason", reason.to_string())]).inc();
+    }
+
+    /// Counts a restart of the warm worker.
+    pub fn executor_worker_restarted(&self) {
+        self.instruments.executor_worker_restarts.inc();
+    }
+
+    /// Sets the warm worker's resident memory.
+    pub fn executor_worker_rss(&self, bytes: u64) {
+        self.instruments.executor_worker_rss.set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 
     /// Applies one user-metrics API request (see [`UserMetrics::apply`]).

@@ -18,8 +18,8 @@ use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::server::{Body, TEXT_CONTENT_TYPE, method_not_allowed, not_found, respond, serve, text};
 use super::{DEFAULT_BUCKETS, Metrics, OPERATOR_METRIC_NAMES};
+use crate::http_server::{Body, TEXT_CONTENT_TYPE, method_not_allowed, not_found, respond, serve, text};
 
 /// Largest request body the endpoint reads.
 const MAX_BODY: usize = 64 * 1024;
@@ -318,7 +318,7 @@ impl prometheus_client::collector::Collector for Collector {
 /// Serves the user-metrics API (`POST /metrics`) until `shutdown` is cancelled; upstream binds
 /// `localhost:5050`.
 pub async fn serve_user_metrics(listener: TcpListener, metrics: Arc<Metrics>, shutdown: CancellationToken) {
-    serve("user-metrics", listener, shutdown, move |request| {
+    serve("user-metrics", listener, None, shutdown, move |request| {
         let metrics = metrics.clone();
         async move { handle(&metrics, request).await }
     })
@@ -368,8 +368,8 @@ mod tests {
     use serde_json::json;
 
     use super::super::exposition::{types, value};
-    use super::super::test_client::{listener, request};
     use super::*;
+    use crate::http_server::test_client::{listener, request};
 
     fn apply(metrics: &mut UserMetrics, request: Value) -> Result<(), UserMetricError> {
         metrics.apply_at(&request, UNIX_EPOCH + Duration::from_secs(1_700_000_000))

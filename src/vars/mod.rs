@@ -4,7 +4,7 @@ mod snake_case;
 mod unsafe_wrap;
 
 pub use snake_case::{snake_case_keys, to_snake};
-pub use unsafe_wrap::mark_unsafe;
+pub use unsafe_wrap::{UnsafeStrings, mark_unsafe, wrap};
 
 use serde_json::{Map, Value};
 
@@ -22,8 +22,8 @@ pub struct VarsInput<'a> {
     pub kind: &'a str,
     /// Whether spec keys are converted with [`to_snake`] (watch `snakeCaseParameters`).
     pub snake_case_parameters: bool,
-    /// Whether CR strings are wrapped with [`mark_unsafe`] (watch `markUnsafe`).
-    pub mark_unsafe: bool,
+    /// Which CR strings are passed as unsafe text (watch `markUnsafe`, `trustCRTemplates`).
+    pub unsafe_strings: UnsafeStrings,
     /// The watch entry's `vars`, passed verbatim.
     pub watch_vars: &'a Map<String, Value>,
     /// The finalizer's `vars`; `Some` only when this run is the finalizer run.
@@ -32,12 +32,14 @@ pub struct VarsInput<'a> {
 
 /// Builds the extra vars for one run; later steps overwrite keys set by earlier ones.
 ///
-/// 1. the top-level spec keys, snake_cased unless disabled (a missing or non-map spec is `{}`),
-///    wrapped when `mark_unsafe`;
+/// 1. the top-level spec keys, snake_cased unless disabled (a missing or non-map spec is `{}`);
 /// 2. `ansible_operator_meta`: `{name, namespace}`, `""` when absent;
-/// 3. `_<group>_<kind>`: the full object, wrapped when `mark_unsafe`;
-/// 4. `_<group>_<kind>_spec`: the unconverted spec, wrapped when `mark_unsafe`;
+/// 3. `_<group>_<kind>`: the full object;
+/// 4. `_<group>_<kind>_spec`: the unconverted spec;
 /// 5. the watch vars, then the finalizer vars, verbatim.
+///
+/// The CR's strings in 1, 3 and 4 are wrapped as `unsafe_strings` says (upstream wraps all of them
+/// with `markUnsafe`, none otherwise).
 ///
 /// Mirrors upstream `runner.go makeParameters`. Keys come out sorted (this crate uses serde_json
 /// without `preserve_order`), the same order Go's `encoding/json` writes a map in.
@@ -49,24 +51,17 @@ pub fn extra_vars(input: &VarsInput) -> Map<String, Value> {
         _ => &empty,
     };
 
+    let which = input.unsafe_strings;
     let mut vars =
         if input.snake_case_parameters { snake_case::snake_case_map_keys(spec) } else { spec.clone() };
-    if input.mark_unsafe {
-        vars.values_mut().for_each(|value| *value = mark_unsafe(value));
-    }
+    vars.values_mut().for_each(|value| *value = wrap(value, which));
 
     vars.insert(META_KEY.to_owned(), meta(input.object));
 
     let object_key = object_key(input.group, input.kind);
     let spec_key = format!("{object_key}_spec");
-    let spec = Value::Object(spec.clone());
-    if input.mark_unsafe {
-        vars.insert(object_key, mark_unsafe(input.object));
-        vars.insert(spec_key, mark_unsafe(&spec));
-    } else {
-        vars.insert(object_key, input.object.clone());
-        vars.insert(spec_key, spec);
-    }
+    vars.insert(object_key, wrap(input.object, which));
+    vars.insert(spec_key, wrap(&Value::Object(spec.clone()), which));
 
     let overrides = input.finalizer_vars.into_iter().flatten();
     for (key, value) in input.watch_vars.iter().chain(overrides) {
@@ -106,7 +101,7 @@ mod tests {
         group: &'static str,
         kind: &'static str,
         snake_case_parameters: bool,
-        mark_unsafe: bool,
+        unsafe_strings: UnsafeStrings,
         watch_vars: Map<String, Value>,
         finalizer_vars: Option<Map<String, Value>>,
     }
@@ -124,14 +119,19 @@ mod tests {
                 group: "cache.example.com",
                 kind: "Memcached",
                 snake_case_parameters: true,
-                mark_unsafe: false,
+                unsafe_strings: UnsafeStrings::None,
                 watch_vars: Map::new(),
                 finalizer_vars: None,
             }
         }
 
         fn unsafe_marked(mut self) -> Self {
-            self.mark_unsafe = true;
+            self.unsafe_strings = UnsafeStrings::All;
+            self
+        }
+
+        fn templates_inert(mut self) -> Self {
+            self.unsafe_strings = UnsafeStrings::Templates;
             self
         }
 
@@ -161,7 +161,7 @@ mod tests {
                 group: self.group,
                 kind: self.kind,
                 snake_case_parameters: self.snake_case_parameters,
-                mark_unsafe: self.mark_unsafe,
+                unsafe_strings: self.unsafe_strings,
                 watch_vars: &self.watch_vars,
                 finalizer_vars: self.finalizer_vars.as_ref(),
             }))
@@ -237,6 +237,18 @@ mod tests {
         assert_eq!(vars["nested_map"], json!({"inner_key": [unsafe_str("a")]}));
         assert_eq!(vars[META_KEY], json!({"name": "sample", "namespace": "ns1"}));
         assert_eq!(vars["_cache_example_com_memcached"]["metadata"]["name"], unsafe_str("sample"));
+        assert_eq!(vars["_cache_example_com_memcached_spec"]["fooBar"], unsafe_str("{{ x }}"));
+    }
+
+    #[test]
+    fn by_default_templates_in_spec_values_object_and_raw_spec_stay_text_and_nothing_else_changes() {
+        let fixture = Fixture::memcached().templates_inert();
+        let vars = fixture.vars();
+        assert_eq!(vars["foo_bar"], unsafe_str("{{ x }}"));
+        assert_eq!(vars["size"], json!(3));
+        assert_eq!(vars["nested_map"], json!({"inner_key": ["a"]}));
+        assert_eq!(vars["_cache_example_com_memcached"]["metadata"]["name"], json!("sample"));
+        assert_eq!(vars["_cache_example_com_memcached"]["spec"]["fooBar"], unsafe_str("{{ x }}"));
         assert_eq!(vars["_cache_example_com_memcached_spec"]["fooBar"], unsafe_str("{{ x }}"));
     }
 
