@@ -2,9 +2,10 @@
 //!
 //! Scenarios: (1) the floor, a bare `ansible-runner run`; (2) single-CR latency through the
 //! operator; (3) bursts of CRs at several `--max-concurrent-reconciles`; (4) 1,000 CRs at rest and
-//! after a restart; (5) optionally all of 2–4 again with a baseline binary, alternating. Timing
-//! comes from a watch with client-side timestamps; memory and CPU from `/proc`. Prints a Markdown
-//! report and writes it, with every raw sample, to `bench/results/<time>/`.
+//! after a restart. Scenarios 2–4 run for each flavor: our binary with the `warm` and the `cold`
+//! executor, and optionally a baseline binary, alternating. Timing comes from a watch with
+//! client-side timestamps; memory and CPU from `/proc`. Prints a Markdown report and writes it,
+//! with every raw sample, to `bench/results/<time>/`.
 
 mod cluster;
 mod operator;
@@ -22,7 +23,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 
-use operator::Flavor;
+use operator::{Executor, Flavor};
 use scenarios::{Ctx, ScaleRunner};
 
 /// Unix time in seconds (this machine's clock, shared with file mtimes and ansible's event times).
@@ -54,7 +55,11 @@ struct Args {
     /// `--max-concurrent-reconciles` values for the burst scenario.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     burst_concurrency: Vec<usize>,
-    /// Playbook of the burst scenario (`debug`: one debug task; `k8s`: one kubernetes.core.k8s task).
+    /// Our executors to measure, each as its own flavor (`--ansible-executor`).
+    #[arg(long, value_delimiter = ',', default_value = "warm,cold")]
+    executors: Vec<Executor>,
+    /// Playbook of the burst scenario (`debug`: one debug task; `k8s`: one kubernetes.core.k8s
+    /// task; `k8s5`: five Kubernetes tasks).
     #[arg(long, default_value = "debug")]
     burst_playbook: String,
     /// CRs in the scale-at-rest scenario.
@@ -85,8 +90,9 @@ struct Args {
     /// Python venv for the baseline (upstream needs ansible-runner's HTTP event plugin).
     #[arg(long)]
     baseline_venv: Option<PathBuf>,
-    /// Fixed proxy port for the baseline (upstream writes it into the playbooks' kubeconfig).
-    #[arg(long, default_value_t = 18888)]
+    /// Proxy port for the baseline: upstream's playbooks always call 8888, whatever its
+    /// `--proxy-port` (operator-sdk#5956), so anything else breaks every Kubernetes task.
+    #[arg(long, default_value_t = 8888)]
     baseline_proxy_port: u16,
     /// Python venv with ansible-runner and kubernetes.core; default: `<repo>/.venv`.
     #[arg(long)]
@@ -131,19 +137,33 @@ async fn main() -> anyhow::Result<()> {
         Some(binary) => absolute(binary)?,
         None => build_operator(&repo)?,
     };
-    let ours = Flavor::new("ours", &binary, &venv, 0, args.operator_arg.clone());
-    let baseline = match &args.baseline_binary {
-        Some(binary) => {
-            let venv = match &args.baseline_venv {
-                Some(v) => absolute(v)?,
-                None => venv.clone(),
-            };
-            let binary = absolute(binary)?;
-            Some(Flavor::new("baseline", &binary, &venv, args.baseline_proxy_port, args.baseline_arg.clone()))
+    let mut executors: Vec<Executor> = Vec::new();
+    for executor in &args.executors {
+        if !executors.contains(executor) {
+            executors.push(*executor);
         }
-        None => None,
-    };
-    let flavors: Vec<&Flavor> = std::iter::once(&ours).chain(baseline.as_ref()).collect();
+    }
+    let mut all_flavors = executors
+        .iter()
+        .map(|executor| Flavor::ours(*executor, &binary, &venv, args.operator_arg.clone()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if let Some(binary) = &args.baseline_binary {
+        let venv = match &args.baseline_venv {
+            Some(v) => absolute(v)?,
+            None => venv.clone(),
+        };
+        let binary = absolute(binary)?;
+        all_flavors.push(Flavor::baseline(
+            &binary,
+            &venv,
+            args.baseline_proxy_port,
+            args.baseline_arg.clone(),
+        ));
+    }
+    if all_flavors.is_empty() {
+        bail!("no flavor to measure: --executors is empty and no --baseline-binary");
+    }
+    let flavors: Vec<&Flavor> = all_flavors.iter().collect();
 
     let client = cluster::client(&kubeconfig).await?;
     cluster::install_crd(&client).await?;
@@ -167,13 +187,14 @@ async fn main() -> anyhow::Result<()> {
         venv,
     };
     let wants = |s: Scenario| args.only.contains(&s);
-    let playbooks = ["debug", "k8s"];
+    let playbooks = ["debug", "k8s", "k8s5"];
 
     let mut results = json!({
         "started": stamp,
         "machine": machine,
         "versions": versions(&repo, &ctx.venv, &flavors),
         "settings": {
+            "executors": executors.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
             "runs": args.runs, "burst": args.burst, "burst_concurrency": args.burst_concurrency,
             "burst_playbook": args.burst_playbook, "scale": args.scale, "scale_idle_seconds": args.scale_idle,
             "scale_concurrency": args.scale_concurrency,
@@ -202,16 +223,24 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     if wants(Scenario::Single) {
-        let mut breakdown = serde_json::Map::new();
+        // From the files ansible-runner writes, which the baseline keeps elsewhere: ours only.
+        let mut breakdown = Vec::new();
         for playbook in playbooks {
-            let ours = results["single"]
-                .as_array()
-                .and_then(|all| all.iter().find(|r| r["playbook"] == playbook && r["binary"] == "ours"))
-                .cloned()
-                .unwrap_or_default();
-            breakdown.insert(playbook.into(), scenarios::breakdown(&ours, &results["floor"][playbook]));
+            for executor in &executors {
+                let single = results["single"]
+                    .as_array()
+                    .and_then(|all| {
+                        all.iter().find(|r| r["playbook"] == playbook && r["binary"] == executor.as_str())
+                    })
+                    .cloned()
+                    .unwrap_or_default();
+                let mut row = scenarios::breakdown(&single, &results["floor"][playbook]);
+                row["playbook"] = json!(playbook);
+                row["binary"] = json!(executor.as_str());
+                breakdown.push(row);
+            }
         }
-        results["overhead_breakdown_ms"] = Value::Object(breakdown);
+        results["overhead_breakdown_ms"] = Value::Array(breakdown);
     }
     if wants(Scenario::Burst) {
         let mut burst = Vec::new();
@@ -227,9 +256,8 @@ async fn main() -> anyhow::Result<()> {
     if wants(Scenario::Scale) {
         let mut scale = Vec::new();
         for flavor in &flavors {
-            if flavor.label == "baseline" && args.scale_runner == ScaleRunner::Stub {
-                scale.push(json!({"binary": "baseline", "skipped":
-                    "the stub runner prints events on stdout, which only our operator reads; use --scale-runner real"}));
+            if let Some(reason) = scenarios::scale_skip(flavor.executor, args.scale_runner) {
+                scale.push(json!({"binary": flavor.label, "skipped": reason}));
                 continue;
             }
             let idle = Duration::from_secs(args.scale_idle);
@@ -265,6 +293,8 @@ fn build_operator(repo: &Path) -> anyhow::Result<PathBuf> {
     eprintln!("bench: building target/release/ansible-operator");
     let status = std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .current_dir(repo)
+        // Whatever target dir the bench itself was built in, the operator goes where it is looked for.
+        .env("CARGO_TARGET_DIR", repo.join("target"))
         .args(["build", "--release", "--bin", "ansible-operator"])
         .status()
         .context("run cargo build")?;
@@ -288,7 +318,7 @@ fn versions(repo: &Path, venv: &Path, flavors: &[&Flavor]) -> Value {
     let dirty = !output(git, &["status", "--porcelain", "--untracked-files=no"], repo).is_empty();
     let binaries: Value = flavors
         .iter()
-        .map(|f| (f.label.to_string(), json!(f.binary.display().to_string())))
+        .map(|f| (f.label.clone(), json!(f.binary.display().to_string())))
         .collect::<serde_json::Map<_, _>>()
         .into();
     json!({

@@ -11,11 +11,32 @@ use nix::unistd::Pid;
 use crate::cluster::{GROUP, KIND, VERSION};
 use crate::now;
 
+/// Our operator's `--ansible-executor`: each is a flavor of its own in the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Executor {
+    /// Runs forked from the operator's long-lived Python worker.
+    Warm,
+    /// An `ansible-runner` child process per run.
+    Cold,
+}
+
+impl Executor {
+    /// The flag value, also the flavor's label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Executor::Warm => "warm",
+            Executor::Cold => "cold",
+        }
+    }
+}
+
 /// Which operator binary, and how it is run.
 #[derive(Debug, Clone)]
 pub struct Flavor {
-    /// `ours` or `baseline`.
-    pub label: &'static str,
+    /// `warm`, `cold` (ours with that executor) or `baseline`.
+    pub label: String,
+    /// Our executor; `None` for the baseline.
+    pub executor: Option<Executor>,
     /// The binary.
     pub binary: PathBuf,
     /// The Python venv whose `bin/` goes first on `PATH` (ansible-runner, ansible-playbook).
@@ -28,22 +49,44 @@ pub struct Flavor {
     pub runner_dir_flag: bool,
     /// The flags `run --help` lists.
     pub flags: Vec<String>,
-    /// Further flags for every start (`--operator-arg` / `--baseline-arg`).
+    /// Further flags for every start (`--ansible-executor`, then `--operator-arg` / `--baseline-arg`).
     pub extra_args: Vec<String>,
 }
 
 impl Flavor {
-    /// A binary with its venv; the flags it knows come from `run --help`.
-    pub fn new(
-        label: &'static str,
+    /// Our binary with `executor`; fails when it needs `--ansible-executor` and the binary lacks it
+    /// (an older build: only `cold` exists there, and runs without the flag).
+    pub fn ours(
+        executor: Executor,
         binary: &Path,
         venv: &Path,
-        proxy_port: u16,
         extra_args: Vec<String>,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
+        let mut flavor = Self::new(executor.as_str(), binary, venv, 0, Vec::new());
+        flavor.executor = Some(executor);
+        if flavor.flags.iter().any(|f| f == "--ansible-executor") {
+            flavor.extra_args.push(format!("--ansible-executor={}", executor.as_str()));
+        } else if executor == Executor::Warm {
+            anyhow::bail!(
+                "{} has no --ansible-executor flag (no warm executor); use --executors cold",
+                binary.display()
+            );
+        }
+        flavor.extra_args.extend(extra_args);
+        Ok(flavor)
+    }
+
+    /// Another binary (upstream's) with its venv and fixed proxy port.
+    pub fn baseline(binary: &Path, venv: &Path, proxy_port: u16, extra_args: Vec<String>) -> Self {
+        Self::new("baseline", binary, venv, proxy_port, extra_args)
+    }
+
+    /// A binary with its venv; the flags it knows come from `run --help`.
+    fn new(label: &str, binary: &Path, venv: &Path, proxy_port: u16, extra_args: Vec<String>) -> Self {
         let flags = known_flags(binary);
         Self {
-            label,
+            label: label.to_string(),
+            executor: None,
             binary: binary.to_path_buf(),
             venv: venv.to_path_buf(),
             proxy_port,
@@ -143,7 +186,12 @@ impl Operator {
             .stderr(log_file);
         // Endpoints on fixed ports would collide with other operators on the machine: disable the
         // ones this binary knows.
-        for flag in ["--health-probe-bind-address", "--metrics-bind-address", "--user-metrics-bind-address"] {
+        for flag in [
+            "--health-probe-bind-address",
+            "--metrics-bind-address",
+            "--user-metrics-bind-address",
+            "--api-bind-address",
+        ] {
             if flavor.flags.iter().any(|f| f == flag) {
                 command.arg(format!("{flag}=0"));
             }

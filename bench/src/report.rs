@@ -29,6 +29,11 @@ fn ratio(a: f64, b: f64) -> String {
     if a.is_finite() && b.is_finite() && b > 0.0 { format!("{:.2}×", a / b) } else { "–".into() }
 }
 
+fn secs3(value: &Value) -> String {
+    let v = f(value);
+    if v.is_finite() { format!("{v:.3}") } else { "–".into() }
+}
+
 fn error(row: &Value) -> Option<String> {
     row["error"]
         .as_str()
@@ -36,9 +41,65 @@ fn error(row: &Value) -> Option<String> {
         .map(|e| e.lines().next().unwrap_or_default().to_string())
 }
 
-/// Finds the baseline row matching `row` in `rows` on `keys`.
-fn baseline_of<'a>(rows: &'a [Value], row: &Value, keys: &[&str]) -> Option<&'a Value> {
-    rows.iter().find(|r| r["binary"] == "baseline" && keys.iter().all(|k| r[*k] == row[*k]))
+fn binary(row: &Value) -> &str {
+    row["binary"].as_str().unwrap_or_default()
+}
+
+/// Finds the row of flavor `binary` matching `row` in `rows` on `keys`.
+fn row_of<'a>(rows: &'a [Value], binary: &str, row: &Value, keys: &[&str]) -> Option<&'a Value> {
+    rows.iter().find(|r| r["binary"] == binary && keys.iter().all(|k| r[*k] == row[*k]))
+}
+
+/// The ratio columns a table gets: "baseline ÷ this" when a baseline ran, "cold ÷ warm" when both
+/// of our executors ran. Each compares `metric` (a time: larger is slower) of the matching rows.
+struct Ratios {
+    baseline: bool,
+    cold_warm: bool,
+}
+
+impl Ratios {
+    fn of(r: &Value) -> Self {
+        let ran = |label: &str| r["versions"]["binaries"][label].is_string();
+        Self { baseline: ran("baseline"), cold_warm: ran("warm") && ran("cold") }
+    }
+
+    /// Header cells and separator cells, each ending in `|`.
+    fn header(&self, what: &str) -> (String, String) {
+        let mut head = String::new();
+        let mut sep = String::new();
+        if self.baseline {
+            let _ = write!(head, " baseline ÷ this{what} |");
+            sep.push_str("---|");
+        }
+        if self.cold_warm {
+            let _ = write!(head, " cold ÷ warm{what} |");
+            sep.push_str("---|");
+        }
+        (head, sep)
+    }
+
+    /// The cells for `row`, matching the other flavors' rows on `keys`.
+    fn cells(&self, rows: &[Value], row: &Value, keys: &[&str], metric: impl Fn(&Value) -> f64) -> String {
+        let mut cells = String::new();
+        let this = metric(row);
+        let other = |label: &str| row_of(rows, label, row, keys).map_or(f64::NAN, &metric);
+        if self.baseline {
+            let cell = if binary(row) == "baseline" { String::new() } else { ratio(other("baseline"), this) };
+            let _ = write!(cells, " {cell} |");
+        }
+        if self.cold_warm {
+            let cell = if binary(row) == "warm" { ratio(other("cold"), this) } else { String::new() };
+            let _ = write!(cells, " {cell} |");
+        }
+        cells
+    }
+}
+
+/// The flavors that ran, in order: our executors, then the baseline.
+fn flavors(r: &Value) -> String {
+    let ours = r["settings"]["executors"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    let baseline = r["versions"]["binaries"]["baseline"].is_string().then_some("baseline");
+    ours.chain(baseline).map(|label| format!("`{label}`")).collect::<Vec<_>>().join(", ")
 }
 
 /// Renders the report.
@@ -64,11 +125,12 @@ pub fn markdown(r: &Value) -> String {
     );
     let _ = writeln!(
         md,
-        "Operator at git {}{}; {}; ansible-core {}. Total wall time {:.0} s.\n",
+        "Operator at git {}{}; {}; ansible-core {}. Flavors: {}. Total wall time {:.0} s.\n",
         v["git"].as_str().unwrap_or_default(),
         if v["git_dirty"] == true { " (with local changes)" } else { "" },
         v["ansible_runner"].as_str().unwrap_or_default().replace('\n', " "),
         v["ansible_core"].as_str().unwrap_or_default(),
+        flavors(r),
         f(&r["wall_seconds"]),
     );
     // The load at the end includes the benchmark's own runs; only the start says whether other work
@@ -83,7 +145,7 @@ pub fn markdown(r: &Value) -> String {
         );
     }
     let s = &r["settings"];
-    let has_baseline = r["versions"]["binaries"]["baseline"].is_string();
+    let ratios = Ratios::of(r);
 
     if r["floor"].is_object() {
         let _ =
@@ -116,38 +178,71 @@ pub fn markdown(r: &Value) -> String {
             "### 2. Single CR: create → `Successful` seen by a watch ({} CRs one after another, after a warm-up)\n",
             s["runs"]
         );
-        let extra = if has_baseline { " baseline ÷ ours |" } else { "" };
+        let _ = writeln!(md, "Task adds: this playbook's median minus the same flavor's `debug` median.\n");
+        let (head, sep) = ratios.header("");
         let _ = writeln!(
             md,
-            "| playbook | binary | median s | p95 s | median ÷ floor median |{extra}\n|---|---|---|---|---|{}",
-            if has_baseline { "---|" } else { "" }
+            "| playbook | flavor | median s | p95 s | median ÷ floor median | task adds s |{head}\n|---|---|---|---|---|---|{sep}"
         );
+        let median = |row: &Value| f(&row["latency"]["median"]);
         for row in rows {
             let playbook = row["playbook"].as_str().unwrap_or_default();
             if let Some(e) = error(row) {
-                let _ = writeln!(
-                    md,
-                    "| {playbook} | {} | error: {e} | | |",
-                    row["binary"].as_str().unwrap_or_default()
-                );
+                let _ = writeln!(md, "| {playbook} | {} | error: {e} | | | |", binary(row));
                 continue;
             }
-            let median = f(&row["latency"]["median"]);
             let floor = f(&r["floor"][playbook]["wall"]["median"]);
-            let mut line = format!(
-                "| {playbook} | {} | {} | {} | {} |",
-                row["binary"].as_str().unwrap_or_default(),
-                secs(&row["latency"]["median"]),
-                secs(&row["latency"]["p95"]),
-                ratio(median, floor)
+            let adds = if playbook == "debug" {
+                String::new()
+            } else {
+                let debug = rows.iter().find(|d| d["playbook"] == "debug" && d["binary"] == row["binary"]);
+                secs3(&debug.map_or(Value::Null, |d| (median(row) - median(d)).into()))
+            };
+            let _ = writeln!(
+                md,
+                "| {playbook} | {} | {} | {} | {} | {adds} |{}",
+                binary(row),
+                secs3(&row["latency"]["median"]),
+                secs3(&row["latency"]["p95"]),
+                ratio(median(row), floor),
+                ratios.cells(rows, row, &["playbook"], median),
             );
-            if has_baseline && row["binary"] == "ours" {
-                let b = baseline_of(rows, row, &["playbook"]).map(|b| f(&b["latency"]["median"]));
-                let _ = write!(line, " {} |", ratio(b.unwrap_or(f64::NAN), median));
-            } else if has_baseline {
-                line.push_str(" |");
+        }
+        md.push('\n');
+        for row in rows.iter().filter(|row| row["follow_up_runs"].as_u64().is_some_and(|n| n > 0)) {
+            let _ = writeln!(
+                md,
+                "> `{}` / `{}`: the watch saw {} follow-up runs (a CR reconciled again after `Successful`), \
+                 which overlapped later measurements and may have moved its runner-file milestones.\n",
+                row["playbook"].as_str().unwrap_or_default(),
+                binary(row),
+                row["follow_up_runs"],
+            );
+        }
+
+        let _ = writeln!(
+            md,
+            "### Memory at rest: 2 s after each single-CR operator's last run (operator, and for `warm` its worker)\n"
+        );
+        let _ = writeln!(
+            md,
+            "| playbook | flavor | operator RSS MiB | tree RSS MiB | tree PSS MiB | processes |\n|---|---|---|---|---|---|"
+        );
+        for row in rows {
+            let rest = &row["at_rest"];
+            if !rest.is_object() {
+                continue;
             }
-            let _ = writeln!(md, "{line}");
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} |",
+                row["playbook"].as_str().unwrap_or_default(),
+                binary(row),
+                mib(&rest["operator_rss_bytes"]),
+                mib(&rest["tree_rss_bytes"]),
+                mib(&rest["tree_pss_bytes"]),
+                rest["tree_processes"],
+            );
         }
         md.push('\n');
     }
@@ -159,27 +254,23 @@ pub fn markdown(r: &Value) -> String {
             s["burst"],
             s["burst_playbook"].as_str().unwrap_or_default()
         );
-        let extra = if has_baseline { " baseline ÷ ours (time) |" } else { "" };
+        let (head, sep) = ratios.header(" (time)");
         let _ = writeln!(
             md,
-            "| max-concurrent-reconciles | binary | time to all Successful s | runs/s | p95 completion s | peak operator RSS MiB | peak tree RSS MiB | peak tree PSS MiB | operator CPU s | Ansible CPU s |{extra}\n|---|---|---|---|---|---|---|---|---|---|{}",
-            if has_baseline { "---|" } else { "" }
+            "| max-concurrent-reconciles | flavor | time to all Successful s | runs/s | p95 completion s | peak operator RSS MiB | peak tree RSS MiB | peak tree PSS MiB | operator CPU s | Ansible CPU s (tree − operator) |{head}\n|---|---|---|---|---|---|---|---|---|---|{sep}"
         );
         for row in rows {
             if let Some(e) = error(row) {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | error: {e} | | | | | | | |",
-                    row["concurrency"],
-                    row["binary"].as_str().unwrap_or_default()
-                );
+                let _ =
+                    writeln!(md, "| {} | {} | error: {e} | | | | | | | |", row["concurrency"], binary(row));
                 continue;
             }
             let mem = &row["memory"];
-            let mut line = format!(
-                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |{}",
                 row["concurrency"],
-                row["binary"].as_str().unwrap_or_default(),
+                binary(row),
                 secs(&row["wall_seconds"]),
                 f(&row["runs_per_second"]),
                 secs(&row["completion_latency"]["p95"]),
@@ -187,15 +278,9 @@ pub fn markdown(r: &Value) -> String {
                 mib(&mem["tree_rss_peak_bytes"]),
                 mib(&mem["tree_pss_peak_bytes"]),
                 secs(&row["operator_cpu_seconds"]),
-                secs(&row["children_cpu_seconds"]),
+                secs(&row["descendants_cpu_seconds"]),
+                ratios.cells(rows, row, &["concurrency"], |r| f(&r["wall_seconds"])),
             );
-            if has_baseline && row["binary"] == "ours" {
-                let b = baseline_of(rows, row, &["concurrency"]).map(|b| f(&b["wall_seconds"]));
-                let _ = write!(line, " {} |", ratio(b.unwrap_or(f64::NAN), f(&row["wall_seconds"])));
-            } else if has_baseline {
-                line.push_str(" |");
-            }
-            let _ = writeln!(md, "{line}");
         }
         md.push('\n');
     }
@@ -210,24 +295,25 @@ pub fn markdown(r: &Value) -> String {
         );
         let _ = writeln!(
             md,
-            "| binary | operator start → all Successful s | operator RSS MiB with no CRs | idle operator RSS MiB (start → end of {} s) | idle operator CPU % | runs while idle | restart → first / all Successful s | peak operator RSS during restart MiB |\n|---|---|---|---|---|---|---|---|",
+            "| flavor | operator start → all Successful s | operator RSS MiB with no CRs | idle operator RSS MiB (start → end of {} s) | idle CPU % operator / below it | runs while idle | restart → first / all Successful s | peak operator RSS during restart MiB |\n|---|---|---|---|---|---|---|---|",
             s["scale_idle_seconds"]
         );
         for row in rows {
             if let Some(e) = error(row) {
-                let _ = writeln!(md, "| {} | {e} | | | | | | |", row["binary"].as_str().unwrap_or_default());
+                let _ = writeln!(md, "| {} | {e} | | | | | | |", binary(row));
                 continue;
             }
             let idle = &row["idle"];
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} → {} | {:.2} | {} | {} / {} | {} |",
-                row["binary"].as_str().unwrap_or_default(),
-                secs(&row["cold_start_to_all_successful_seconds"]),
+                "| {} | {} | {} | {} → {} | {:.2} / {:.2} | {} | {} / {} | {} |",
+                binary(row),
+                secs(&row["first_start_to_all_successful_seconds"]),
                 mib(&row["operator_rss_no_crs_bytes"]),
                 mib(&idle["operator_rss_start_bytes"]),
                 mib(&idle["operator_rss_end_bytes"]),
                 f(&idle["operator_cpu_percent"]),
+                f(&idle["descendants_cpu_percent"]),
                 idle["reconciles_during_idle"],
                 secs(&row["restart_to_first_successful_seconds"]),
                 secs(&row["restart_to_all_successful_seconds"]),
@@ -237,20 +323,26 @@ pub fn markdown(r: &Value) -> String {
         md.push('\n');
     }
 
-    if let Some(breakdown) = r["overhead_breakdown_ms"].as_object() {
+    if let Some(breakdown) = r["overhead_breakdown_ms"].as_array() {
         let _ = writeln!(
             md,
             "### Where a single CR's time goes (medians, ms; runtime = create→spawn + runner done→Successful)\n"
         );
         let _ = writeln!(
             md,
-            "| playbook | create→watch event | create→Running seen | create→runner spawn | spawn→runner up | runner up→first event | play | stats→runner done | runner done→Successful seen | **runtime** | Ansible | total | floor total |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "For `warm`, \"spawn\" is the request to the worker and \"runner up\" the forked run's ansible-runner code writing its command file.\n"
         );
-        for (playbook, b) in breakdown {
+        let _ = writeln!(
+            md,
+            "| playbook | flavor | create→watch event | create→Running seen | create→runner spawn | spawn→runner up | runner up→first event | play | stats→runner done | runner done→Successful seen | **runtime** | Ansible | total | floor total |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for b in breakdown {
             let o = &b["operator"];
             let _ = writeln!(
                 md,
-                "| {playbook} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} |",
+                b["playbook"].as_str().unwrap_or_default(),
+                binary(b),
                 ms(&o["create_to_watch_event"]),
                 ms(&o["create_to_running_status_seen"]),
                 ms(&o["create_to_runner_spawn"]),
@@ -268,4 +360,58 @@ pub fn markdown(r: &Value) -> String {
         md.push('\n');
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::markdown;
+
+    fn single(playbook: &str, binary: &str, median: f64) -> Value {
+        json!({"playbook": playbook, "binary": binary, "latency": {"median": median, "p95": median}})
+    }
+
+    fn results() -> Value {
+        json!({
+            "settings": {"executors": ["warm", "cold"], "runs": 2},
+            "versions": {"binaries": {"warm": "/o", "cold": "/o", "baseline": "/u"}},
+            "floor": {"debug": {"wall": {"median": 1.0}}, "k8s": {"wall": {"median": 2.0}}},
+            "single": [
+                single("debug", "warm", 0.25), single("debug", "cold", 1.0), single("debug", "baseline", 1.5),
+                single("k8s", "warm", 0.375), single("k8s", "cold", 2.0), single("k8s", "baseline", 3.0),
+            ],
+        })
+    }
+
+    fn line<'a>(md: &'a str, start: &str) -> &'a str {
+        md.lines().find(|l| l.starts_with(start)).unwrap_or_default()
+    }
+
+    #[test]
+    fn single_cr_rows_show_task_cost_and_ratios_to_baseline_and_cold() {
+        let md = markdown(&results());
+        assert!(
+            line(&md, "| playbook | flavor |").ends_with("| task adds s | baseline ÷ this | cold ÷ warm |")
+        );
+        assert_eq!(
+            line(&md, "| k8s | warm |"),
+            "| k8s | warm | 0.375 | 0.375 | 0.19× | 0.125 | 8.00× | 5.33× |"
+        );
+        assert_eq!(line(&md, "| k8s | cold |"), "| k8s | cold | 2.000 | 2.000 | 1.00× | 1.000 | 1.50× |  |");
+        assert_eq!(
+            line(&md, "| debug | baseline |"),
+            "| debug | baseline | 1.500 | 1.500 | 1.50× |  |  |  |"
+        );
+    }
+
+    #[test]
+    fn without_a_baseline_or_cold_run_there_are_no_ratio_columns() {
+        let mut r = results();
+        r["versions"]["binaries"] = json!({"warm": "/o"});
+        r["single"] = json!([single("debug", "warm", 0.25)]);
+        let md = markdown(&r);
+        assert!(line(&md, "| playbook | flavor |").ends_with("| task adds s |"));
+        assert_eq!(line(&md, "| debug | warm |"), "| debug | warm | 0.250 | 0.250 | 0.25× |  |");
+    }
 }

@@ -12,9 +12,9 @@ use tokio::io::AsyncReadExt;
 
 use crate::cluster::{self, GROUP, KIND, VERSION};
 use crate::now;
-use crate::operator::{Flavor, Launch, Operator};
+use crate::operator::{Executor, Flavor, Launch, Operator};
 use crate::phases;
-use crate::procfs::{self, Sampler};
+use crate::procfs::{self, Sampler, TreeCpu, TreeMemory};
 use crate::stats::Summary;
 use crate::watch::Tracker;
 
@@ -90,11 +90,16 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // 1. Floor and 2. single-CR latency, interleaved
 
+/// How long the single-CR operators are left alone after their last run before their memory is
+/// read "at rest".
+const AT_REST_AFTER: Duration = Duration::from_secs(2);
+
 /// Scenarios 1 and 2 for one playbook, interleaved so that load drifting on the machine hits both
 /// alike: one warm-up each, then for every `i` a bare ansible-runner run (when `floor`), then one CR
 /// for each flavor (each operator has its own namespace and `--max-concurrent-reconciles=1`; each
-/// CR waits for `Successful` before the next step). Returns the floor (or `Null`) and one result
-/// per flavor.
+/// CR waits for `Successful` before the next step). After the last runs, [`AT_REST_AFTER`], then
+/// each operator's tree memory (for `warm`: the operator and its worker). Returns the floor (or
+/// `Null`) and one result per flavor.
 pub async fn latency(
     ctx: &Ctx,
     playbook: &str,
@@ -126,6 +131,12 @@ pub async fn latency(
             }
         }
     }
+    if singles.iter().any(|single| single.operator.is_some()) {
+        tokio::time::sleep(AT_REST_AFTER).await;
+        for single in &mut singles {
+            single.at_rest = single.operator.as_ref().and_then(|o| TreeMemory::read(o.pid(), true));
+        }
+    }
     let floor_value = match (floor_state, floor_error) {
         (Some(state), _) => state.finish(ctx, playbook).await,
         (None, Some(error)) => json!({"playbook": playbook, "error": error}),
@@ -145,6 +156,7 @@ pub async fn latency(
 /// vars shape.
 struct Floor {
     namespace: String,
+    api: kube::Api<kube::api::DynamicObject>,
     dir: PathBuf,
     path: std::ffi::OsString,
     playbook: PathBuf,
@@ -170,7 +182,8 @@ impl Floor {
                 .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
         )?;
         let playbook = ctx.playbook(playbook);
-        Ok(Self { namespace, dir, path, playbook, walls: Vec::new(), records: Vec::new(), error: None })
+        let api = cluster::crs(&ctx.client, &namespace);
+        Ok(Self { namespace, api, dir, path, playbook, walls: Vec::new(), records: Vec::new(), error: None })
     }
 
     /// Run `i` (0 is the warm-up).
@@ -180,6 +193,9 @@ impl Floor {
         let ident = format!("run{i}");
         let extra = json!({"ansible_operator_meta": {"name": name, "namespace": self.namespace}});
         std::fs::write(dir.join("env/extravars"), serde_json::to_vec(&extra)?)?;
+        // The CR the run is "for" exists, as in an operator's run (`k8s5` writes its status); no
+        // operator watches this namespace.
+        cluster::create_cr(&self.api, &name, i).await?;
         let start = now();
         let mut child = tokio::process::Command::new(ctx.venv.join("bin/ansible-runner"))
             .arg("run")
@@ -243,6 +259,8 @@ struct Single {
     operator: Option<Operator>,
     latencies: Vec<f64>,
     records: Vec<Value>,
+    /// The operator's tree memory after the runs.
+    at_rest: Option<TreeMemory>,
     /// Set when something failed; no more runs then.
     error: Option<String>,
 }
@@ -260,6 +278,7 @@ impl Single {
             operator: None,
             latencies: Vec::new(),
             records: Vec::new(),
+            at_rest: None,
             error: None,
         };
         let started = match namespace {
@@ -313,6 +332,12 @@ impl Single {
     }
 
     async fn finish(mut self, ctx: &Ctx) -> Value {
+        // Runs the watch saw beyond one per CR: follow-up reconciles (a changed dependent, for
+        // example) that overlapped later measurements.
+        let follow_ups: usize = self.tracker.as_ref().map_or(0, |tracker| {
+            let names = self.records.iter().filter_map(|r| r["name"].as_str());
+            names.map(|name| tracker.get(name).running.len().saturating_sub(1)).sum()
+        });
         if let Some(mut operator) = self.operator.take() {
             operator.stop(Duration::from_secs(30));
             ctx.keep_log(&operator, &self.label);
@@ -322,11 +347,19 @@ impl Single {
             cluster::delete_namespace(&ctx.client, &self.namespace, Duration::from_secs(60)).await;
         }
         if let Some(error) = self.error {
-            return json!({"error": error, "runs": self.records});
+            return json!({"error": error, "runs": self.records, "follow_up_runs": follow_ups});
         }
         let summary = Summary::of(&self.latencies);
         eprintln!("bench: {} : median {:.3} s, p95 {:.3} s", self.label, summary.median, summary.p95);
-        json!({"latency": summary.json(), "runs": self.records})
+        let at_rest = self.at_rest.map(|m| {
+            let mut value = m.json();
+            value["after_seconds"] = json!(AT_REST_AFTER.as_secs_f64());
+            value
+        });
+        if follow_ups > 0 {
+            eprintln!("bench: {}: {follow_ups} follow-up runs overlapped the measurements", self.label);
+        }
+        json!({"latency": summary.json(), "runs": self.records, "at_rest": at_rest, "follow_up_runs": follow_ups})
     }
 }
 
@@ -419,12 +452,12 @@ async fn burst_in(
         await_all(&tracker, &warmup, created, &mut operator, Duration::from_secs(120)).await?;
 
         let sampler = Sampler::start(operator.pid(), Duration::from_millis(100), true);
-        let cpu_before = procfs::cpu_seconds(operator.pid()).unwrap_or_default();
+        let cpu_before = TreeCpu::read(operator.pid());
         let crs = names("burst", n);
         let start = now();
         let create_secs = cluster::create_many(&api, &crs, 50).await?;
         let waited = await_all(&tracker, &crs, start, &mut operator, Duration::from_secs(120)).await;
-        let cpu_after = procfs::cpu_seconds(operator.pid()).unwrap_or_default();
+        let cpu = TreeCpu::read(operator.pid()).since(cpu_before);
         let peaks = sampler.finish();
         waited?;
         let latencies: Vec<f64> =
@@ -442,8 +475,8 @@ async fn burst_in(
             "wall_seconds": wall,
             "runs_per_second": n as f64 / wall,
             "completion_latency": Summary::of(&latencies).json(),
-            "operator_cpu_seconds": cpu_after.0 - cpu_before.0,
-            "children_cpu_seconds": cpu_after.1 - cpu_before.1,
+            "operator_cpu_seconds": cpu.root,
+            "descendants_cpu_seconds": cpu.descendants,
             "memory": peaks.json(),
         }))
     }
@@ -466,6 +499,21 @@ pub enum ScaleRunner {
     Stub,
     /// The real ansible-runner with the one-`debug` playbook.
     Real,
+}
+
+/// Why a flavor (our `executor`, or `None` for the baseline) cannot run the scale scenario with
+/// `runner`, if it cannot.
+pub fn scale_skip(executor: Option<Executor>, runner: ScaleRunner) -> Option<&'static str> {
+    match (runner, executor) {
+        (ScaleRunner::Real, _) | (ScaleRunner::Stub, Some(Executor::Cold)) => None,
+        (ScaleRunner::Stub, Some(Executor::Warm)) => Some(
+            "a warm run is forked from the worker and never execs ansible-runner, so the stub cannot \
+             stand in; use --scale-runner real",
+        ),
+        (ScaleRunner::Stub, None) => Some(
+            "the stub runner prints events on stdout, which only our operator reads; use --scale-runner real",
+        ),
+    }
 }
 
 /// `n` CRs created while no operator runs; start the operator and time until all are `Successful`;
@@ -535,38 +583,39 @@ async fn scale_in(
     eprintln!("bench: scale: created {n} CRs in {create_secs:.1} s");
     let stall = Duration::from_secs(120);
 
-    // Cold start: nothing reconciled yet.
+    // First start: nothing reconciled yet.
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let sampler = Sampler::start(operator.pid(), Duration::from_millis(250), false);
     let waited = await_all(&tracker, &crs, operator.started, &mut operator, stall).await;
     let converge_peaks = sampler.finish();
     if let Err(error) = waited {
         operator.stop(Duration::from_secs(30));
-        ctx.keep_log(&operator, &format!("{label}-cold"));
+        ctx.keep_log(&operator, &format!("{label}-first"));
         return Err(error);
     }
-    let cold = last_successful(&tracker, &crs, operator.started) - operator.started;
-    eprintln!("bench: scale ({}): cold start to {n} Successful in {cold:.1} s", flavor.label);
+    let first = last_successful(&tracker, &crs, operator.started) - operator.started;
+    eprintln!("bench: scale ({}): first start to {n} Successful in {first:.1} s", flavor.label);
 
     // At rest.
     let rss_start = procfs::rss(operator.pid()).unwrap_or_default();
-    let cpu_before = procfs::cpu_seconds(operator.pid()).unwrap_or_default();
+    let cpu_before = TreeCpu::read(operator.pid());
     let sampler = Sampler::start(operator.pid(), Duration::from_secs(1), false);
     tokio::time::sleep(idle).await;
-    let cpu_after = procfs::cpu_seconds(operator.pid()).unwrap_or_default();
+    let idle_cpu = TreeCpu::read(operator.pid()).since(cpu_before);
     let idle_peaks = sampler.finish();
-    let idle_cpu = (cpu_after.0 - cpu_before.0) / idle.as_secs_f64() * 100.0;
-    let reruns_at_rest = tracker.count_successful(&crs, operator.started + cold + 0.5);
+    let percent = |seconds: f64| seconds / idle.as_secs_f64() * 100.0;
+    let reruns_at_rest = tracker.count_successful(&crs, operator.started + first + 0.5);
     eprintln!(
-        "bench: scale ({}): idle {:.0} s: RSS {:.1} MiB, CPU {idle_cpu:.2} %",
+        "bench: scale ({}): idle {:.0} s: RSS {:.1} MiB, CPU {:.2} %",
         flavor.label,
         idle.as_secs_f64(),
-        idle_peaks.last_operator_rss as f64 / MIB
+        idle_peaks.last_operator_rss as f64 / MIB,
+        percent(idle_cpu.root)
     );
 
     // Restart.
     let stop_secs = operator.stop(Duration::from_secs(30));
-    ctx.keep_log(&operator, &format!("{label}-cold"));
+    ctx.keep_log(&operator, &format!("{label}-first"));
     drop(operator);
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let sampler = Sampler::start(operator.pid(), Duration::from_millis(250), false);
@@ -578,25 +627,27 @@ async fn scale_in(
     waited?;
     let tracks = tracker.get_all(&crs);
     let restarted = operator.started;
-    let first =
+    let restart_first =
         tracks.iter().filter_map(|t| t.successful_since(restarted)).fold(f64::INFINITY, f64::min) - restarted;
     let restart = last_successful(&tracker, &crs, restarted) - restarted;
     eprintln!("bench: scale ({}): restart to {n} Successful in {restart:.1} s", flavor.label);
     Ok(json!({
         "create_seconds": create_secs,
         "operator_rss_no_crs_bytes": empty_rss,
-        "cold_start_to_all_successful_seconds": cold,
-        "cold_memory": converge_peaks.json(),
+        "first_start_to_all_successful_seconds": first,
+        "first_start_memory": converge_peaks.json(),
         "idle": {
             "operator_rss_start_bytes": rss_start,
             "operator_rss_end_bytes": idle_peaks.last_operator_rss,
             "operator_rss_peak_bytes": idle_peaks.operator_rss,
-            "operator_cpu_seconds": cpu_after.0 - cpu_before.0,
-            "operator_cpu_percent": idle_cpu,
+            "operator_cpu_seconds": idle_cpu.root,
+            "operator_cpu_percent": percent(idle_cpu.root),
+            "descendants_cpu_seconds": idle_cpu.descendants,
+            "descendants_cpu_percent": percent(idle_cpu.descendants),
             "reconciles_during_idle": reruns_at_rest,
         },
         "stop_seconds": stop_secs,
-        "restart_to_first_successful_seconds": first,
+        "restart_to_first_successful_seconds": restart_first,
         "restart_to_all_successful_seconds": restart,
         "restart_operator_cpu_seconds": restart_cpu.0,
         "restart_memory": restart_peaks.json(),
@@ -605,4 +656,22 @@ async fn scale_in(
 
 fn last_successful(tracker: &Tracker, names: &[String], since: f64) -> f64 {
     tracker.get_all(names).iter().filter_map(|t| t.successful_since(since)).fold(f64::NAN, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ScaleRunner, scale_skip};
+    use crate::operator::Executor;
+
+    #[test]
+    fn the_stub_runner_serves_only_the_cold_executor() {
+        assert_eq!(scale_skip(Some(Executor::Cold), ScaleRunner::Stub), None);
+        assert!(
+            scale_skip(Some(Executor::Warm), ScaleRunner::Stub).is_some_and(|r| r.contains("never execs"))
+        );
+        assert!(scale_skip(None, ScaleRunner::Stub).is_some_and(|r| r.contains("stdout")));
+        for executor in [Some(Executor::Warm), Some(Executor::Cold), None] {
+            assert_eq!(scale_skip(executor, ScaleRunner::Real), None);
+        }
+    }
 }
