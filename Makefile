@@ -5,36 +5,68 @@ SHELL := /bin/bash
 
 REPO := $(CURDIR)
 LOCAL_KUBECONFIG := $(REPO)/.local/cluster/kubeconfig
+comma := ,
 export PATH := $(REPO)/.venv/bin:$(REPO)/.local/bin:$(HOME)/.cargo/bin:$(PATH)
 export VIRTUAL_ENV := $(REPO)/.venv
 # Where the EtcdCluster sample finds the etcd release it installs on hosts (hack/install-kube.sh).
 export ETCD_RELEASES_DIR ?= $(REPO)/.local/etcd-releases
 WATCHES ?= $(REPO)/watches.yaml
+# The newer Ansible toolchain (hack/toolchains/2.19), tested by a slice of the suite in `make test`.
+VENV_NEXT := $(REPO)/.venv-2.19
 # One build cache for every clone on this machine: a fresh clone (CI) rebuilds only this crate.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/ansible-operator/cargo-target
+# The local cluster's node (containerd, kubelet, scheduler; hack/local-cluster.sh). NODE=0 runs the
+# control plane alone: no Pod ever runs, so the tests that need one are left out.
+export NODE ?= 1
+# The operator image, named as in upstream's project scaffold: `make docker-build deploy IMG=...`.
+IMG ?= ansible-operator:dev
+# kubectl's cluster for deploy/undeploy: KUBECONFIG when set, else the local cluster.
+DEPLOY_KUBECONFIG := $(or $(KUBECONFIG),$(LOCAL_KUBECONFIG))
+# Tests that need a running Pod: whole test binaries, and single tests of other binaries.
+export NODE_TEST_BINARIES := in_cluster node pod_modules
+export NODE_TEST_SKIPS := --skip memcached_role --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
+ifeq ($(NODE),0)
+TEST_TARGETS := --lib --bins $(foreach t,$(filter-out $(NODE_TEST_BINARIES),$(basename $(notdir $(wildcard tests/*.rs)))),--test $(t))
+TEST_FILTERS := -- $(NODE_TEST_SKIPS)
+INSTALL_NODE :=
+else
+TEST_TARGETS := --all-targets
+TEST_FILTERS :=
+INSTALL_NODE := install-node
+endif
 
-.PHONY: help install install-kube install-ansible install-ssh cluster-up cluster-down cluster-status \
-	test-hosts-up test-hosts-down build lint test test-rust test-collection run bench
+.PHONY: help install install-kube install-ansible install-ansible-next install-ssh install-node install-browser cluster-up \
+	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python run bench \
+	docker-build docker-push deploy undeploy
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-install: install-kube install-ansible install-ssh ## Install the control plane, the Ansible venv and sshd
+install: install-kube install-ansible install-ssh $(INSTALL_NODE) ## Install the cluster, the Ansible venv, sshd and (NODE=1) the node's packages
 
-install-kube: ## Build (once, cached) and link kube-apiserver, kube-controller-manager, kubectl, etcd
+install-kube: ## Build (once, cached) and link kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, etcd
 	hack/install-kube.sh
 	hack/install-etcd-releases.sh
 
-install-ansible: ## Create .venv with pinned Ansible, ansible-runner and the collections
+install-ansible: ## Create .venv with the default toolchain (ANSIBLE_TOOLCHAIN=2.18: upstream's base image)
 	hack/install-ansible.sh
+
+install-ansible-next: ## Create .venv-2.19 with the newer toolchain (ansible-core 2.19)
+	ANSIBLE_TOOLCHAIN=2.19 ANSIBLE_VENV=$(VENV_NEXT) hack/install-ansible.sh
 
 install-ssh: ## Install the pinned openssh-server for the SSH test hosts (needs root)
 	hack/test-hosts.sh install
 
-cluster-up: install-kube ## Start the local control plane on 127.0.0.1
+install-browser: ## Install the pinned headless Chromium and chromedriver the console's test drives (root)
+	hack/install-browser.sh
+
+install-node: ## Install the node's Debian packages, pinned: containerd, runc, CNI plugins, podman, debootstrap, socat (root)
+	hack/install-node.sh
+
+cluster-up: install-kube $(INSTALL_NODE) ## Start the local cluster: control plane on 127.0.0.1 and (NODE=1) the node
 	hack/local-cluster.sh up
 
-cluster-down: ## Stop the local control plane
+cluster-down: ## Stop the local cluster, its Pods included
 	hack/local-cluster.sh down
 
 cluster-status: ## Show what of the local control plane runs
@@ -50,26 +82,45 @@ build: ## Build the operator
 	cargo build --bin ansible-operator
 	mkdir -p $(REPO)/.local/bin && ln -sfn $(CARGO_TARGET_DIR)/debug/ansible-operator $(REPO)/.local/bin/ansible-operator
 
+docker-build: ## Build the operator image IMG from ./Dockerfile with podman; load it into the local node when it runs
+	hack/images.sh operator $(IMG)
+	if [[ "$(NODE)" != 0 ]] && hack/local-cluster.sh status >/dev/null 2>&1; then hack/images.sh load $(IMG); fi
+
+docker-push: ## Push the operator image IMG to its registry (podman push)
+	hack/images.sh podman push $(IMG)
+
+deploy: ## Install the CRDs, RBAC and the operator running IMG from deploy/ (kubectl apply -k), wait until it is ready
+	KUBECONFIG=$(DEPLOY_KUBECONFIG) hack/deploy.sh apply $(IMG)
+
+undeploy: ## Remove everything deploy installed (the CRDs, and so every CR, too)
+	KUBECONFIG=$(DEPLOY_KUBECONFIG) hack/deploy.sh delete $(IMG)
+
 lint: ## rustfmt and clippy, warnings are errors
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 
-test: install lint ## Everything: unit and integration tests against the real control plane and sshd hosts
-	hack/local-cluster.sh up
-	hack/test-hosts.sh up
+test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm and cold executors, then the newer toolchain's slice
 	status=0; \
 	trap 'hack/test-hosts.sh down; hack/local-cluster.sh down' EXIT; \
-	$(MAKE) --no-print-directory test-rust KUBECONFIG=$(LOCAL_KUBECONFIG) || status=$$?; \
-	$(MAKE) --no-print-directory test-collection KUBECONFIG=$(LOCAL_KUBECONFIG) || status=$$?; \
+	hack/local-cluster.sh up; \
+	hack/test-hosts.sh up; \
+	if [[ "$(NODE)" == 0 ]]; then \
+		echo "make test: NODE=0: leaving out tests/{$(subst $(eval) ,$(comma),$(NODE_TEST_BINARIES))}.rs and $(NODE_TEST_SKIPS): they need a running Pod"; \
+	else \
+		$(MAKE) --no-print-directory docker-build; \
+	fi; \
+	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh warm || status=$$?; \
+	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold || status=$$?; \
+	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh next || status=$$?; \
 	exit $$status
 
-test-rust: ## Rust unit and integration tests (uses KUBECONFIG, or starts the local cluster)
-	cargo test --all-targets --no-fail-fast
+test-rust: ## Rust unit and integration tests, one after another (uses KUBECONFIG, or starts the local cluster)
+	cargo test $(TEST_TARGETS) --no-fail-fast $(TEST_FILTERS)
 
-test-collection: ## The operator_sdk.util collection's tests (needs KUBECONFIG)
-	.venv/bin/python -m pytest tests/collection -q
+test-python: ## The operator_sdk.util collection's and the warm worker's Python tests (needs KUBECONFIG)
+	.venv/bin/python -m pytest tests/collection worker/tests -q
 
-run: install build ## Run the operator on watches.yaml against the local control plane (and SSH test hosts)
+run: install build ## Run the operator on watches.yaml against the local cluster (and SSH test hosts)
 	hack/local-cluster.sh up
 	hack/test-hosts.sh up
 	KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl apply -f deploy/crds/

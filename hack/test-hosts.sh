@@ -10,6 +10,8 @@
 #   hack/test-hosts.sh up       start what is not running, check a login on each host
 #   hack/test-hosts.sh down     stop the sshd processes `up` started and everything the login users
 #                               left running, empty their home directories
+# The login users and homes are machine-wide: a clone touches them only while they are its own (the
+# home authorises this clone's key), so `down` or `up` in a second clone leaves the first one's alone.
 #   hack/test-hosts.sh status   say what runs
 #
 # Env: TEST_HOSTS (4) hosts on 127.0.0.11, .12, ...; TEST_HOSTS_PORT (2222). User of host N: ao-hostN.
@@ -28,6 +30,15 @@ die() { echo "test-hosts: $*" >&2; exit 1; }
 address() { echo "127.0.0.$((10 + $1))"; }
 user() { echo "ao-host$1"; }
 home() { echo "/home/ao-host$1"; }
+
+# Whether host $1's user and home are this clone's: no home yet, or it authorises our key.
+ours() {
+  local keys
+  keys="$(home "$1")/.ssh/authorized_keys"
+  [[ ! -e "$keys" ]] || cmp -s "$keys" "$state/id_ed25519.pub"
+}
+
+listening() { [[ -n $(ss -Hltn "src $(address "$1"):$port") ]]; }
 
 pid_of() {
   local file="$state/host$1/sshd.pid"
@@ -113,6 +124,9 @@ up() {
     if pid_of "$n" >/dev/null; then
       continue
     fi
+    if ! ours "$n" && listening "$n"; then
+      die "$(address "$n"):$port is taken by another clone's test hosts ($(home "$n") authorises another key): stop them there first"
+    fi
     prepare_user "$n"
     "$sshd" -f "$state/host$n/sshd_config" -E "$state/host$n/sshd.log"
   done
@@ -136,7 +150,9 @@ down() {
       log "stopped sshd of host$n ($pid)"
     fi
     rm -f "$state/host$n/sshd.pid"
-    if id "$(user "$n")" >/dev/null 2>&1; then
+    if ! ours "$n"; then
+      log "leaving $(user "$n") alone: $(home "$n") belongs to another clone's test hosts"
+    elif id "$(user "$n")" >/dev/null 2>&1; then
       pkill -KILL -u "$(user "$n")" 2>/dev/null || true
       rm -rf "$(home "$n")"
     fi

@@ -1,7 +1,7 @@
 //! The program: dispatches subcommands, wires the stages together, and maps failures to upstream's
 //! exit codes (1 for every fatal error, 0 after a clean shutdown).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +9,13 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use crate::access::Access;
 use crate::cli::{Cli, Command, RunArgs};
 use crate::controller::WatchController;
+use crate::executor::{Executor, Launcher, Worker, worker};
 use crate::health::{self, Readiness};
+use crate::history::events::Events;
+use crate::history::{History, Ledger};
 use crate::leader;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
@@ -19,7 +23,12 @@ use crate::proxy::dependents::Dependents;
 use crate::reconcile::Settings;
 use crate::reconcile::budget::Budget;
 use crate::runner::{self, Inventory};
+use crate::toolchain;
 use crate::watches::{self, Defaults, Environment};
+use crate::{api, http_server, tls};
+
+/// The program runs are started with, looked up on `PATH`.
+const RUNNER: &str = "ansible-runner";
 
 /// Version string printed by `ansible-operator version`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -34,7 +43,11 @@ pub const COMMIT: &str = match option_env!("ANSIBLE_OPERATOR_COMMIT") {
 pub fn main(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Version => {
-            println!("ansible-operator version: \"{VERSION}\"");
+            let toolchain = match toolchain::probe(Path::new(RUNNER)) {
+                Ok(toolchain) => toolchain.to_string(),
+                Err(error) => format!("ansible: {:?}", error.to_string()),
+            };
+            println!("ansible-operator version: \"{VERSION}\", commit: \"{COMMIT}\", {toolchain}");
             ExitCode::SUCCESS
         }
         Command::Run(args) => {
@@ -64,110 +77,125 @@ pub fn main(cli: Cli) -> ExitCode {
 /// `ansible-operator run`: load the watches, start the servers every replica runs (proxy, metrics,
 /// probes), then the controllers once this replica leads, and run until a signal.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    tracing::info!(version = VERSION, commit = COMMIT, "version");
+    let toolchain = log_versions().await;
     let (env, playbook_env) = environment(&args)?;
     let loaded = load_watches(&args, &env)?;
-    let client = kube::Client::try_default().await.context("get the cluster config")?;
+    let (client, proxy_client) = clients().await?;
     let namespaces = watches::watch_namespaces(env.var("WATCH_NAMESPACE"));
     if namespaces.is_empty() {
         tracing::info!("watching all namespaces");
     } else {
         tracing::info!(namespaces = ?namespaces, "watching namespaces");
     }
-    let settings = Arc::new(settings(&args, &env, playbook_env));
-    if which("ansible-runner").is_none() {
-        tracing::error!("ansible-runner is not on PATH: every reconcile will fail until it is installed");
-    }
     let metrics = Metrics::new(VERSION, COMMIT);
-    let readiness = Readiness::new();
-    let shutdown = CancellationToken::new();
-    serve_endpoints(&args, &metrics, &readiness, &shutdown).await?;
+    let launcher = launcher(&args, &loaded.watches, toolchain, &playbook_env, &metrics);
+    let ledger = Arc::new(Ledger::default());
+    let history = Arc::new(History::new(client.clone()).await);
+    let events = Arc::new(Events::new(
+        client.clone(),
+        env.var("POD_NAME").or(env.var("HOSTNAME")).map(str::to_string),
+    ));
+    let mut settings = settings(&args, &env, playbook_env, launcher.clone());
+    settings.history = Some(history.clone());
+    settings.events = Some(events);
+    settings.ledger = ledger.clone();
+    let settings = Arc::new(settings);
+    // The worker stops last: warm runs in flight may finish during the graceful shutdown.
+    let result: anyhow::Result<()> = async {
+        let readiness = Readiness::new();
+        let shutdown = CancellationToken::new();
+        serve_endpoints(&args, &client, &metrics, &readiness, &shutdown).await?;
 
-    let dependents = if args.inject_owner_ref {
-        Some(Dependents::new(client.clone(), namespaces.clone()))
-    } else {
-        tracing::warn!("injection of owner references and dependent watches is turned off");
-        None
-    };
-    let (proxy, listener) = Proxy::bind(client.clone(), args.proxy_port, dependents.clone()).await?;
-    tokio::spawn(proxy.clone().serve(listener, shutdown.clone()));
+        let dependents = if args.inject_owner_ref {
+            Some(Dependents::new(client.clone(), namespaces.clone(), ledger.clone()))
+        } else {
+            tracing::warn!("injection of owner references and dependent watches is turned off");
+            None
+        };
+        let (proxy, listener) = Proxy::bind(proxy_client, args.proxy_port, dependents.clone()).await?;
+        tokio::spawn(proxy.clone().serve(listener, shutdown.clone()));
 
-    let mut controllers = Vec::new();
-    for watch in loaded.watches {
-        let controller = WatchController::new(
-            client.clone(),
-            watch,
-            settings.clone(),
-            proxy.clone(),
-            dependents.clone(),
-            metrics.clone(),
-        )
-        .await?;
-        controllers.push(controller);
-    }
-    if args.max_runner_artifacts_total > 0 {
-        tokio::spawn(prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
-    }
-
-    let mut leadership = match leader_config(&args)? {
-        Some(config) => {
-            // A standby is ready: it serves the proxy and waits to take over.
-            readiness.mark_started();
-            let (mut leading, _task) = leader::spawn(client.clone(), config, shutdown.clone());
-            tokio::select! {
-                led = leading.wait_for(|leading| *leading) => led.context("leader election stopped")?,
-                _ = shutdown_signal() => {
-                    shutdown.cancel();
-                    return Ok(());
-                }
-            };
-            Some(leading)
+        let mut controllers = Vec::new();
+        for watch in loaded.watches {
+            let controller = WatchController::new(
+                client.clone(),
+                watch,
+                settings.clone(),
+                proxy.clone(),
+                dependents.clone(),
+                metrics.clone(),
+            )
+            .await?;
+            controllers.push(controller);
         }
-        None => None,
-    };
+        serve_api(&args, &client, &history, &settings, &controllers, &shutdown).await?;
+        if args.max_runner_artifacts_total > 0 {
+            tokio::spawn(prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
+        }
 
-    let mut tasks = tokio::task::JoinSet::new();
-    for controller in controllers {
-        let scopes =
-            controller.scopes(&namespaces).into_iter().map(|scope| (scope, readiness.register())).collect();
-        tasks.spawn(controller.run(scopes, shutdown.clone()));
-    }
-    readiness.mark_started();
-
-    let lost = async {
-        match &mut leadership {
-            Some(leading) => {
-                let _ = leading.wait_for(|leading| !*leading).await;
+        let mut leadership = match leader_config(&args)? {
+            Some(config) => {
+                // A standby is ready: it serves the proxy and waits to take over.
+                readiness.mark_started();
+                let (mut leading, _task) = leader::spawn(client.clone(), config, shutdown.clone());
+                tokio::select! {
+                    led = leading.wait_for(|leading| *leading) => led.context("leader election stopped")?,
+                    _ = shutdown_signal() => {
+                        shutdown.cancel();
+                        return Ok(());
+                    }
+                };
+                Some(leading)
             }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = shutdown_signal() => {}
-        _ = lost => {
-            // As controller-runtime: a replica that lost its lease stops at once and exits 1.
-            tracing::error!("lost leadership: stopping at once");
-            shutdown.cancel();
-            settings.runner.active.terminate_all(Duration::ZERO).await;
-            tasks.shutdown().await;
-            anyhow::bail!("leader election lost");
-        }
-    }
+            None => None,
+        };
 
-    tracing::info!(timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish");
-    shutdown.cancel();
-    let drained = async { while tasks.join_next().await.is_some() {} };
-    tokio::select! {
-        _ = drained => {}
-        _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
-            tracing::warn!("graceful shutdown timed out");
-            settings.runner.active.terminate_all(RUN_TERMINATION_GRACE).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for controller in controllers {
+            let scopes =
+                controller.scopes(&namespaces).into_iter().map(|scope| (scope, readiness.register())).collect();
+            tasks.spawn(controller.run(scopes, shutdown.clone()));
         }
-        _ = shutdown_signal() => tracing::warn!("second signal: stopping at once"),
+        readiness.mark_started();
+
+        let lost = async {
+            match &mut leadership {
+                Some(leading) => {
+                    let _ = leading.wait_for(|leading| !*leading).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown_signal() => {}
+            _ = lost => {
+                // As controller-runtime: a replica that lost its lease stops at once and exits 1.
+                tracing::error!("lost leadership: stopping at once");
+                shutdown.cancel();
+                settings.runner.active.terminate_all(Duration::ZERO).await;
+                tasks.shutdown().await;
+                anyhow::bail!("leader election lost");
+            }
+        }
+
+        tracing::info!(timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish");
+        shutdown.cancel();
+        let drained = async { while tasks.join_next().await.is_some() {} };
+        tokio::select! {
+            _ = drained => {}
+            _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
+                tracing::warn!("graceful shutdown timed out");
+                settings.runner.active.terminate_all(RUN_TERMINATION_GRACE).await;
+            }
+            _ = shutdown_signal() => tracing::warn!("second signal: stopping at once"),
+        }
+        // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
+        tasks.shutdown().await;
+        Ok(())
     }
-    // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
-    tasks.shutdown().await;
-    Ok(())
+    .await;
+    launcher.stop().await;
+    result
 }
 
 /// The environment watches are loaded with, with `--ansible-roles-path` and
@@ -198,6 +226,17 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
     for warning in &loaded.warnings {
         tracing::warn!(file = %args.watches_file.display(), "{warning}");
     }
+    for watch in &loaded.watches {
+        if crate::reconcile::unsafe_strings(watch, args.trust_cr_templates)
+            == crate::vars::UnsafeStrings::None
+        {
+            tracing::warn!(
+                file = %args.watches_file.display(),
+                gvk = %watch.gvk,
+                "templates in this kind's CRs are evaluated (trustCRTemplates): whoever may create its CRs can run code as the operator"
+            );
+        }
+    }
     if loaded.watches.is_empty() {
         tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
     }
@@ -207,19 +246,25 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
 /// Binds and serves `/metrics`, the user-metrics endpoint and the probes; each can be disabled with `0`.
 async fn serve_endpoints(
     args: &RunArgs,
+    client: &kube::Client,
     metrics: &Arc<Metrics>,
     readiness: &Arc<Readiness>,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    if args.metrics_secure {
-        tracing::warn!("--metrics-secure is not supported yet: serving metrics over plain HTTP");
-    }
     let bind = |address: &str, what: &'static str| {
         let address = address.to_string();
-        async move { metrics::bind(&address).await.with_context(|| format!("serve {what} on {address}")) }
+        async move { http_server::bind(&address).await.with_context(|| format!("serve {what} on {address}")) }
     };
     if let Some(listener) = bind(&args.metrics_bind_address, "metrics").await? {
-        tokio::spawn(metrics::serve_metrics(listener, metrics.clone(), shutdown.clone()));
+        let secure = match args.metrics_secure {
+            true => Some(metrics::Secure {
+                tls: tls::server(args.metrics_cert_dir.as_deref(), &certificate_names())
+                    .context("the metrics endpoint's TLS certificate")?,
+                access: args.metrics_require_rbac.then(|| Arc::new(Access::new(client.clone()))),
+            }),
+            false => None,
+        };
+        tokio::spawn(metrics::serve_metrics(listener, metrics.clone(), secure, shutdown.clone()));
     }
     if let Some(listener) = bind(&args.user_metrics_bind_address, "user metrics").await? {
         tokio::spawn(metrics::serve_user_metrics(listener, metrics.clone(), shutdown.clone()));
@@ -228,6 +273,42 @@ async fn serve_endpoints(
         tokio::spawn(health::serve_health(listener, readiness.clone(), shutdown.clone()));
     }
     Ok(())
+}
+
+/// Serves the API and console on `--api-bind-address` (every replica: reads and reconcile requests
+/// go through the API server; a standby has no runs in flight to show).
+async fn serve_api(
+    args: &RunArgs,
+    client: &kube::Client,
+    history: &Arc<History>,
+    settings: &Arc<Settings>,
+    controllers: &[WatchController],
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let address = &args.api_bind_address;
+    let Some(listener) =
+        http_server::bind(address).await.with_context(|| format!("serve the API on {address}"))?
+    else {
+        return Ok(());
+    };
+    let tls = tls::server(args.api_cert_dir.as_deref(), &certificate_names())
+        .context("the API's TLS certificate")?;
+    let state = api::State {
+        client: client.clone(),
+        access: Access::new(client.clone()),
+        history: history.clone(),
+        live: settings.live.clone(),
+        kinds: controllers.iter().map(WatchController::kind).collect(),
+        runner_dir: args.runner_dir.clone(),
+    };
+    tokio::spawn(api::serve(listener, tls, Arc::new(state), shutdown.clone()));
+    Ok(())
+}
+
+/// The names a self-signed certificate is made for: localhost and the pod's (or host's) name.
+fn certificate_names() -> Vec<String> {
+    let hostname = std::env::var("HOSTNAME").ok().filter(|n| !n.is_empty());
+    ["localhost".to_string(), "127.0.0.1".to_string()].into_iter().chain(hostname).collect()
 }
 
 /// The Lease to campaign for with `--leader-elect`, as upstream: its name from
@@ -279,8 +360,45 @@ async fn prune_artifacts(root: PathBuf, keep: usize) {
     }
 }
 
+/// Starts runs warm or cold as the flag and the watches ask; the warm worker is started only when
+/// some watch runs warm.
+fn launcher(
+    args: &RunArgs,
+    watches: &[watches::Watch],
+    toolchain: Option<toolchain::Toolchain>,
+    playbook_env: &[(String, String)],
+    metrics: &Arc<Metrics>,
+) -> Arc<Launcher> {
+    let warm =
+        watches.iter().any(|w| w.extensions.executor.unwrap_or(args.ansible_executor) == Executor::Warm);
+    let worker = match (warm, toolchain) {
+        (false, _) => None,
+        (true, None) => {
+            tracing::warn!(
+                "the Ansible toolchain could not be read: the warm executor is off, every run starts cold"
+            );
+            None
+        }
+        (true, Some(toolchain)) => {
+            let env = runner::RUN_ENVIRONMENT.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            let config = worker::Config {
+                python: toolchain.python_path,
+                env: env.chain(playbook_env.iter().cloned()).collect(),
+                cwd: args.runner_dir.clone(),
+            };
+            Some(Worker::spawn(config, metrics.clone()))
+        }
+    };
+    Arc::new(Launcher::new(args.ansible_executor, worker, metrics.clone()))
+}
+
 /// Process-wide reconcile settings from the flags and the environment (upstream §2.2).
-fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String)>) -> Settings {
+fn settings(
+    args: &RunArgs,
+    env: &Environment,
+    playbook_env: Vec<(String, String)>,
+    launcher: Arc<Launcher>,
+) -> Settings {
     let var = |name: &str| env.var(name).filter(|v| !v.is_empty());
     let inventory = match var("ANSIBLE_INVENTORY") {
         Some(path) => Inventory::Copy(PathBuf::from(path)),
@@ -291,13 +409,14 @@ fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String
     Settings {
         reconcile_period: args.reconcile_period,
         runner: runner::Settings {
-            program: PathBuf::from("ansible-runner"),
+            program: PathBuf::from(RUNNER),
             log_events: args.ansible_log_events,
             log_raw_stdout: var("ANSIBLE_VERBOSITY")
                 .and_then(|v| v.parse::<u8>().ok())
                 .is_some_and(|v| v > 0),
             debug_logs: var("ANSIBLE_DEBUG_LOGS").is_some_and(parse_go_bool),
             active: Default::default(),
+            launcher,
         },
         runner_dir: args.runner_dir.clone(),
         ansible_args: args.ansible_args.clone(),
@@ -305,7 +424,26 @@ fn settings(args: &RunArgs, env: &Environment, playbook_env: Vec<(String, String
         role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
         playbook_env,
         budget: Budget::new(args.max_concurrent_runs),
+        history: None,
+        events: None,
+        ledger: Arc::default(),
+        live: Arc::default(),
+        trust_cr_templates: args.trust_cr_templates,
+        run_history_limit: args.run_history_limit,
     }
+}
+
+/// The operator's own client, whose writes carry the user agent (and so the field manager)
+/// `ansible-operator` even where kube sets no field manager (its event recorder); and the proxy's,
+/// which forwards the playbooks' requests as they are, user agent included.
+async fn clients() -> anyhow::Result<(kube::Client, kube::Client)> {
+    let config = kube::Config::infer().await.context("get the cluster config")?;
+    let mut own = config.clone();
+    let agent = format!("{}/{VERSION}", crate::kubeapi::FIELD_MANAGER);
+    own.headers.push((http::header::USER_AGENT, http::HeaderValue::from_str(&agent).context("user agent")?));
+    let own = kube::Client::try_from(own).context("build the API client")?;
+    let proxy = kube::Client::try_from(config).context("build the proxy's API client")?;
+    Ok((own, proxy))
 }
 
 /// Go's `strconv.ParseBool` true values.
@@ -313,12 +451,34 @@ fn parse_go_bool(value: &str) -> bool {
     matches!(value, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|path| std::env::split_paths(&path).collect::<Vec<_>>())
-        .map(|dir| dir.join(program))
-        .find(|candidate| candidate.is_file())
+/// Logs the operator's version and the Ansible toolchain's, as upstream logs its own at start, and
+/// returns the toolchain (the warm worker runs on its Python).
+async fn log_versions() -> Option<toolchain::Toolchain> {
+    let probed = tokio::task::spawn_blocking(|| toolchain::probe(Path::new(RUNNER))).await;
+    match probed {
+        Ok(Ok(toolchain)) => {
+            tracing::info!(
+                version = VERSION,
+                commit = COMMIT,
+                ansible_core = toolchain.ansible_core,
+                ansible_runner = toolchain.ansible_runner,
+                python = toolchain.python,
+                python_path = %toolchain.python_path.display(),
+                "version"
+            );
+            return Some(toolchain);
+        }
+        Ok(Err(toolchain::Error::NoRunner)) => {
+            tracing::info!(version = VERSION, commit = COMMIT, "version");
+            tracing::error!("ansible-runner is not on PATH: every reconcile will fail until it is installed");
+        }
+        Ok(Err(error)) => {
+            tracing::info!(version = VERSION, commit = COMMIT, "version");
+            tracing::warn!(error = %crate::logging::error_chain(&error), "could not read the Ansible toolchain's versions");
+        }
+        Err(_) => tracing::info!(version = VERSION, commit = COMMIT, "version"),
+    }
+    None
 }
 
 /// Resolves on SIGTERM or SIGINT.

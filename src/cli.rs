@@ -163,6 +163,11 @@ pub struct RunArgs {
           requires_if("true", "metrics_secure"))]
     pub metrics_require_rbac: bool,
 
+    /// Directory with the metrics endpoint's certificate and key (`tls.crt`, `tls.key`; re-read when
+    /// they change) for `--metrics-secure`. Without it a self-signed certificate is made at start.
+    #[arg(long, env = "ANSIBLE_OPERATOR_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<std::path::PathBuf>,
+
     /// ansible-runner processes that may run at once across all kinds (0: no limit beyond the
     /// per-kind `--max-concurrent-reconciles`). New CRs and spec changes go before resyncs.
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_RUNS", default_value_t = 0)]
@@ -172,6 +177,32 @@ pub struct RunArgs {
     /// `maxRunnerArtifacts` applies).
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RUNNER_ARTIFACTS_TOTAL", default_value_t = 0)]
     pub max_runner_artifacts_total: usize,
+
+    /// How Ansible runs: `warm` forks each run from a worker that has Ansible imported already
+    /// (falling back to `cold` per run when a run cannot be made identical), `cold` starts
+    /// `ansible-runner` anew for every run. A watch may choose with its `executor` key.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR", default_value = "warm", ignore_case = true)]
+    pub ansible_executor: crate::executor::Executor,
+
+    /// Evaluate Jinja templates in CR strings, as upstream does (by default a CR string holding
+    /// `{{`, `{%` or `{#` reaches Ansible as unsafe text). A watch's `trustCRTemplates` wins.
+    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub trust_cr_templates: bool,
+
+    /// Address of the HTTPS API and web console (`0` disables them).
+    #[arg(long, env = "ANSIBLE_OPERATOR_API_BIND_ADDRESS", default_value = ":8082")]
+    pub api_bind_address: String,
+
+    /// Directory with the API's certificate and key (`tls.crt`, `tls.key`; re-read when they
+    /// change). Without it the API makes a self-signed certificate at start and logs its fingerprint.
+    #[arg(long, env = "ANSIBLE_OPERATOR_API_CERT_DIR")]
+    pub api_cert_dir: Option<std::path::PathBuf>,
+
+    /// Run records (`AnsibleRun` objects) kept per CR; 0 keeps none. A watch's `runHistoryLimit`
+    /// wins.
+    #[arg(long, env = "ANSIBLE_OPERATOR_RUN_HISTORY_LIMIT", default_value_t = 10)]
+    pub run_history_limit: usize,
 
     /// Directory holding each CR's ansible-runner data directory and artifacts.
     #[arg(long, env = "ANSIBLE_OPERATOR_RUNNER_DIR", default_value = "/tmp/ansible-operator/runner")]
@@ -235,6 +266,13 @@ mod tests {
         assert_eq!(args.leader_elect_renew_deadline, Duration::from_secs(10));
         assert_eq!(args.graceful_shutdown_timeout, Duration::from_secs(30));
         assert_eq!(args.ansible_log_events, LogEvents::Tasks);
+        assert_eq!(args.ansible_executor, crate::executor::Executor::Warm);
+    }
+
+    #[test]
+    fn the_executor_is_warm_or_cold() {
+        assert_eq!(run(&["--ansible-executor=cold"]).ansible_executor, crate::executor::Executor::Cold);
+        assert_eq!(run(&["--ansible-executor", "WARM"]).ansible_executor, crate::executor::Executor::Warm);
     }
 
     #[test]

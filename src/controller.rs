@@ -20,6 +20,7 @@ use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::{self, Context, Settings};
+use crate::watch_errors::WatchErrors;
 use crate::watches::{Gvk, Watch};
 
 /// Why a controller could not be set up.
@@ -91,6 +92,11 @@ impl WatchController {
         Ok(Self { ctx: Arc::new(ctx), selector, dependents })
     }
 
+    /// The kind, as the API serves it.
+    pub fn kind(&self) -> crate::api::Kind {
+        crate::api::Kind { resource: self.ctx.resource.clone(), namespaced: self.ctx.namespaced }
+    }
+
     /// The watches this controller runs: one per namespace in `namespaces` (one for all namespaces
     /// when empty, or when the kind is cluster-scoped).
     pub fn scopes(&self, namespaces: &[String]) -> Vec<Option<String>> {
@@ -122,8 +128,14 @@ impl WatchController {
         let writer = Writer::new(ctx.resource.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
+        let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
         let trigger = watcher(api, config)
             .default_backoff()
+            .inspect(move |event| match event {
+                Ok(watcher::Event::InitDone) => errors.listed(),
+                Err(error) => errors.failed(error),
+                Ok(_) => {}
+            })
             .modify(|object| object.managed_fields_mut().clear())
             .reflect(writer)
             .inspect_ok({
@@ -198,6 +210,9 @@ fn trigger_hash(object: &DynamicObject, annotations: bool) -> Option<u64> {
     generation.hash(&mut hasher);
     if annotations {
         object.meta().annotations.hash(&mut hasher);
+    } else {
+        // A manual request (the API's "reconcile now") triggers a run whatever the watch says.
+        object.annotations().get(reconcile::annotations::RECONCILE_REQUESTED).hash(&mut hasher);
     }
     Some(hasher.finish())
 }
@@ -214,6 +229,13 @@ mod tests {
             "metadata": {"name": "a", "generation": generation, "annotations": annotations}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_manual_request_triggers_without_annotation_watching() {
+        let request =
+            json!({(reconcile::annotations::RECONCILE_REQUESTED): "{\"at\":\"2026-11-23T10:00:00Z\"}"});
+        assert_ne!(trigger_hash(&object(1, json!({})), false), trigger_hash(&object(1, request), false));
     }
 
     #[test]

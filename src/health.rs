@@ -12,9 +12,9 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{Body, TEXT_CONTENT_TYPE, not_found, respond, serve};
+use crate::http_server::{Body, TEXT_CONTENT_TYPE, not_found, respond, serve};
 
-pub use crate::metrics::{Error, bind, parse_address};
+pub use crate::http_server::{Error, bind, parse_address};
 
 /// Whether the operator is ready: started, with every registered watch synced.
 #[derive(Debug, Default)]
@@ -116,7 +116,7 @@ impl Readiness {
 
 /// Serves `/healthz`, `/healthz/ping`, `/readyz` and `/readyz/ping` until `shutdown` is cancelled.
 pub async fn serve_health(listener: TcpListener, readiness: Arc<Readiness>, shutdown: CancellationToken) {
-    serve("health", listener, shutdown, move |request| {
+    serve("health", listener, None, shutdown, move |request| {
         let readiness = readiness.clone();
         async move { answer(&readiness, &request) }
     })
@@ -141,7 +141,7 @@ fn answer(readiness: &Readiness, request: &Request<Incoming>) -> Response<Body> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::test_client::{listener, request};
+    use crate::http_server::test_client::{listener, request};
 
     #[test]
     fn readiness_waits_for_mark_started_even_without_watches() {

@@ -3,6 +3,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+/// The field manager of every write the operator makes itself (status, finalizers, leases,
+/// events), as upstream's controller-runtime client names it.
+pub const FIELD_MANAGER: &str = "ansible-operator";
+
 /// Deadline for one API call; the API server answers in milliseconds when healthy.
 pub const API_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -35,6 +39,16 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(404)
     }
+}
+
+/// Parameters of the operator's own patches: its field manager.
+pub fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
+}
+
+/// Parameters of the operator's own creates and replaces: its field manager.
+pub fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
 }
 
 /// Runs an API call with [`API_TIMEOUT`].

@@ -12,7 +12,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -439,13 +439,13 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &Config) -> Result<Round
                 metadata: ObjectMeta { name: Some(config.name.clone()), ..ObjectMeta::default() },
                 spec: Some(spec),
             };
-            api.create(&PostParams::default(), &lease)
+            api.create(&crate::kubeapi::post_params(), &lease)
                 .await
                 .map_err(|source| Error::Create { lease: lease_ref(), source })?;
         }
         Some(mut lease) => {
             lease.spec = Some(spec);
-            api.replace(&config.name, &PostParams::default(), &lease)
+            api.replace(&config.name, &crate::kubeapi::post_params(), &lease)
                 .await
                 .map_err(|source| Error::Update { lease: lease_ref(), source })?;
         }
@@ -461,7 +461,7 @@ async fn release(api: &Api<Lease>, config: &Config) -> Result<bool> {
     let Some(mut lease) = current else { return Ok(false) };
     let Some(spec) = released(lease.spec.as_ref(), Timestamp::now(), config) else { return Ok(false) };
     lease.spec = Some(spec);
-    api.replace(&config.name, &PostParams::default(), &lease)
+    api.replace(&config.name, &crate::kubeapi::post_params(), &lease)
         .await
         .map_err(|source| Error::Update { lease: lease_ref(), source })?;
     Ok(true)

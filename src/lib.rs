@@ -3,11 +3,16 @@
 //! The modules follow the data flow in DESIGN.md: `watches` → `controller` → `reconcile` →
 //! `vars` → `runner` → `outcome` → `status`.
 
+pub mod access;
+pub mod api;
 pub mod app;
 pub mod cli;
 pub mod controller;
+pub mod executor;
 pub mod go_duration;
 pub mod health;
+pub mod history;
+pub mod http_server;
 pub mod kubeapi;
 pub mod leader;
 pub mod logging;
@@ -19,5 +24,8 @@ pub mod remote;
 pub mod runner;
 pub mod status;
 pub mod template;
+pub mod tls;
+pub mod toolchain;
 pub mod vars;
+pub mod watch_errors;
 pub mod watches;

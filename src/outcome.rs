@@ -11,6 +11,52 @@ use crate::runner::event::JobEvent;
 /// Message upstream uses when a failed task has no `msg`.
 const UNKNOWN_FAILURE: &str = "unknown playbook failure";
 
+/// Task results kept per run (for the run history); later ones are only counted.
+pub const MAX_TASKS: usize = 200;
+
+/// How one task ended on one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Ran without changing anything.
+    Ok,
+    /// Changed something.
+    Changed,
+    /// Failed (ignored and rescued failures included: the task did fail).
+    Failed,
+    /// Skipped by a condition.
+    Skipped,
+    /// The host could not be reached.
+    Unreachable,
+}
+
+impl TaskStatus {
+    /// The name used in run records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Ok => "ok",
+            TaskStatus::Changed => "changed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Skipped => "skipped",
+            TaskStatus::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// One task's result on one host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskResult {
+    /// Task name.
+    pub name: String,
+    /// The module or action, e.g. `kubernetes.core.k8s`.
+    pub action: String,
+    /// Host.
+    pub host: String,
+    /// How it ended.
+    pub status: TaskStatus,
+    /// Seconds it took, as ansible-runner measured it.
+    pub duration: f64,
+}
+
 /// Counters from the `playbook_on_stats` event, shaped as the status `ansibleResult`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -65,6 +111,10 @@ pub struct Outcome {
     pub bad_requeue_period: Option<String>,
     /// Counters per host, from the `playbook_on_stats` event.
     pub hosts: BTreeMap<String, HostCounts>,
+    /// The first [`MAX_TASKS`] task results, in the order they ended.
+    pub tasks: Vec<TaskResult>,
+    /// Task results beyond [`MAX_TASKS`].
+    pub tasks_omitted: usize,
 }
 
 impl Outcome {
@@ -78,6 +128,13 @@ impl Outcome {
             "runner_on_failed" if counts_as_failure(event) => self.failures.push(failure(event, false)),
             "runner_on_unreachable" => self.failures.push(failure(event, true)),
             _ => {}
+        }
+        if let Some(task) = task_result(event) {
+            if self.tasks.len() < MAX_TASKS {
+                self.tasks.push(task);
+            } else {
+                self.tasks_omitted += 1;
+            }
         }
         if is_requeue_after(event)
             && let Some(period) = event.result().and_then(|res| res.get("period")).and_then(Value::as_str)
@@ -162,6 +219,27 @@ fn failure(event: &JobEvent, unreachable: bool) -> Failure {
         message: message.to_string(),
         unreachable,
     }
+}
+
+/// The task result a `runner_on_*` event reports, if it is one.
+fn task_result(event: &JobEvent) -> Option<TaskResult> {
+    let changed = || event.result().and_then(|r| r.get("changed")).and_then(Value::as_bool) == Some(true);
+    let status = match event.event.as_str() {
+        "runner_on_ok" if changed() => TaskStatus::Changed,
+        "runner_on_ok" => TaskStatus::Ok,
+        "runner_on_failed" => TaskStatus::Failed,
+        "runner_on_skipped" => TaskStatus::Skipped,
+        "runner_on_unreachable" => TaskStatus::Unreachable,
+        _ => return None,
+    };
+    let text = |key: &str| event.data_str(key).unwrap_or_default().to_string();
+    Some(TaskResult {
+        name: text("task"),
+        action: text("task_action"),
+        host: text("host"),
+        status,
+        duration: event.event_data.get("duration").and_then(Value::as_f64).unwrap_or(0.0),
+    })
 }
 
 /// The module's short name counts only on events that are not failures, as upstream.
@@ -274,6 +352,39 @@ mod tests {
         ]);
         assert!(!outcome.succeeded());
         assert_eq!(outcome.failure_message(), "it broke\nunknown playbook failure");
+    }
+
+    #[test]
+    fn task_results_are_kept_in_order_up_to_the_limit() {
+        let task = |event: &str, name: &str, changed: bool| {
+            json!({"event": event, "event_data": {"task": name, "task_action": "ansible.builtin.debug",
+                   "host": "localhost", "duration": 0.25, "res": {"changed": changed}}})
+        };
+        let outcome = fold(&[
+            json!({"event": "runner_on_start", "event_data": {"task": "a"}}),
+            task("runner_on_ok", "a", false),
+            task("runner_on_ok", "b", true),
+            task("runner_on_skipped", "c", false),
+            task("runner_on_failed", "d", false),
+        ]);
+        let seen: Vec<(&str, TaskStatus)> =
+            outcome.tasks.iter().map(|t| (t.name.as_str(), t.status)).collect();
+        assert_eq!(
+            seen,
+            [
+                ("a", TaskStatus::Ok),
+                ("b", TaskStatus::Changed),
+                ("c", TaskStatus::Skipped),
+                ("d", TaskStatus::Failed)
+            ]
+        );
+        assert_eq!(outcome.tasks[0].duration, 0.25);
+        assert_eq!(outcome.tasks[0].action, "ansible.builtin.debug");
+
+        let many: Vec<Value> =
+            (0..MAX_TASKS + 3).map(|i| task("runner_on_ok", &i.to_string(), false)).collect();
+        let outcome = fold(&many);
+        assert_eq!((outcome.tasks.len(), outcome.tasks_omitted), (MAX_TASKS, 3));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The manifests under `deploy/` against the real local API server: server-side dry runs of the
 //! kustomization, of every manifest file and of the samples; the RBAC applied for real and checked
 //! with `kubectl auth can-i`; and the sample operator run as the ServiceAccount it grants.
-//! Also a static check of the `Dockerfile` (no Docker engine runs here to build it).
+//! Also a static check of the `Dockerfile`; `tests/in_cluster.rs` runs the image it builds.
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use kube::api::DeleteParams;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::operator::{OperatorConfig, scratch_dir};
 
 /// The operator's namespace and ServiceAccount, as in deploy/.
@@ -262,6 +262,12 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
     for verb in k8s_module_verbs {
         allowed.push((verb, "leases.coordination.k8s.io", Some(OPERATOR_NAMESPACE)));
     }
+    for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+        allowed.push((verb, "ansibleruns.ansible-operator.dev", Some("some-app")));
+    }
+    allowed.push(("patch", "ansibleruns.ansible-operator.dev/status", Some("some-app")));
+    allowed.push(("create", "tokenreviews.authentication.k8s.io", None));
+    allowed.push(("create", "subjectaccessreviews.authorization.k8s.io", None));
 
     let denied = [
         ("create", "memcacheds.cache.example.com", Some("default")),
@@ -278,6 +284,8 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         ("get", "leases.coordination.k8s.io", Some("default")),
         ("list", "namespaces", None),
         ("create", "clusterroles.rbac.authorization.k8s.io", None),
+        ("update", "ansibleruns.ansible-operator.dev", Some("some-app")),
+        ("get", "tokenreviews.authentication.k8s.io", None),
     ];
 
     let wrong: Vec<String> = allowed
@@ -292,19 +300,6 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         )
         .collect();
     assert!(wrong.is_empty(), "the ServiceAccount's permissions differ from the samples' needs: {wrong:#?}");
-}
-
-/// The admin kubeconfig, impersonating the operator's ServiceAccount (as its token would).
-fn service_account_kubeconfig(dir: &Path) -> PathBuf {
-    let text = std::fs::read_to_string(support::kubeconfig()).expect("read kubeconfig");
-    let mut config: Value = serde_saphyr::from_str(&text).expect("kubeconfig is YAML");
-    for user in config["users"].as_array_mut().expect("kubeconfig has users") {
-        user["user"]["as"] = json!(SERVICE_ACCOUNT);
-        user["user"]["as-groups"] = json!(SERVICE_ACCOUNT_GROUPS);
-    }
-    let path = dir.join("service-account.kubeconfig");
-    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).expect("write kubeconfig");
-    path
 }
 
 /// Dropped after the operator stops and before the test namespace goes: removes the finalizers a
@@ -330,11 +325,12 @@ async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissio
     let _turn = CLUSTER_OBJECTS.lock().await;
     let _rbac = operator_rbac();
     let client = support::client().await;
+    support::node::require_ready_node(&client).await;
     let ns = support::TestNamespace::new(&client, "deploy-rbac").await;
     support::install_sample_crds(&client).await;
 
     let dir = scratch_dir(&format!("{}-identity", ns.name));
-    let kubeconfig = service_account_kubeconfig(&dir);
+    let kubeconfig = support::impersonating_kubeconfig(&dir, SERVICE_ACCOUNT, &SERVICE_ACCOUNT_GROUPS);
     let _after_operator = AfterOperator { namespace: ns.name.clone(), kubeconfig: kubeconfig.clone() };
     let who = kubectl_ok(
         "kubectl auth whoami",
@@ -351,11 +347,13 @@ async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissio
     let endpoint =
         format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
 
-    support::create_cr(&memcacheds, "cache.example.com", "Memcached", "cache", json!({"size": 1})).await;
+    let spec = json!({"size": 1, "image": support::node::MEMCACHED_IMAGE});
+    support::create_cr(&memcacheds, "cache.example.com", "Memcached", "cache", spec).await;
     let spec = json!({"endpoint": endpoint, "backupDir": backup_dir.display().to_string()});
     support::create_cr(&backups, "etcd.example.com", "EtcdBackup", "nightly", spec).await;
     let memcached = support::wait_for_condition(&memcacheds, "cache", "Successful", "True", WAIT).await;
     assert_eq!(memcached.data["status"]["deployment"], "cache-memcached", "k8s_status wrote the status");
+    assert_eq!(memcached.data["status"]["readyReplicas"], 1, "the role's wait on its Deployment was allowed");
     let backup = support::wait_for_condition(&backups, "nightly", "Successful", "True", WAIT).await;
     let snapshot =
         backup.data["status"]["snapshot"]["path"].as_str().expect("status.snapshot.path").to_string();
@@ -387,16 +385,33 @@ fn dockerfile_copy_sources(dockerfile: &str) -> Vec<String> {
 }
 
 #[test]
-fn dockerfile_copies_only_files_that_exist_and_pins_the_same_ansible_wheel_as_the_install_script() {
+fn dockerfile_copies_only_files_that_exist_and_installs_the_same_toolchain_as_the_install_script() {
     let dockerfile = std::fs::read_to_string(support::repo().join("Dockerfile")).expect("read Dockerfile");
     let sources = dockerfile_copy_sources(&dockerfile);
     for expected in
-        ["src", "hack/kube/", "hack/requirements-ansible.txt", "watches.yaml", "roles/", "playbooks/"]
+        ["src", "hack/kube/", "hack/toolchains/${ANSIBLE_TOOLCHAIN}/", "watches.yaml", "roles/", "playbooks/"]
     {
         assert!(sources.iter().any(|s| s == expected), "Dockerfile does not copy {expected}: {sources:?}");
     }
-    for source in &sources {
-        assert!(support::repo().join(source).exists(), "COPY source {source} does not exist");
+    // A BINARIES=prebuilt build copies what hack/images.sh builds on the host into .local/image/.
+    let prebuilt = ".local/image/";
+    assert!(sources.iter().any(|s| s == prebuilt), "Dockerfile does not copy {prebuilt}: {sources:?}");
+    let images_script =
+        std::fs::read_to_string(support::repo().join("hack/images.sh")).expect("read hack/images.sh");
+    assert!(images_script.contains(r#"local out="$repo/.local/image""#), "hack/images.sh fills {prebuilt}");
+    for source in sources.iter().filter(|s| *s != prebuilt) {
+        let source = source.replace("${ANSIBLE_TOOLCHAIN}", "2.18");
+        assert!(support::repo().join(&source).exists(), "COPY source {source} does not exist");
+    }
+    // Both sources of the binaries feed the one runtime stage.
+    for line in [
+        "FROM scratch AS binaries-source\n",
+        "FROM scratch AS binaries-prebuilt\n",
+        "FROM binaries-${BINARIES} AS binaries\n",
+        "ARG BINARIES=source\n",
+        "COPY --from=binaries /out/ansible-operator /usr/local/bin/ansible-operator\n",
+    ] {
+        assert!(dockerfile.contains(line), "Dockerfile lacks {line:?}");
     }
 
     // Every COPY source is re-included by the allowlist in .dockerignore.
@@ -411,20 +426,20 @@ fn dockerfile_copies_only_files_that_exist_and_pins_the_same_ansible_wheel_as_th
         );
     }
 
+    // The image installs one toolchain directory, as hack/install-ansible.sh does, defaulting to
+    // the same one.
     let script =
         std::fs::read_to_string(support::repo().join("hack/install-ansible.sh")).expect("read script");
-    for variable in ["ANSIBLE_BUNDLE_VERSION", "ANSIBLE_BUNDLE_SHA256"] {
-        let value = |text: &str, prefix: &str| {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(prefix))
-                .map(|v| v.trim_matches('"').to_string())
-                .unwrap_or_else(|| panic!("{prefix} not found"))
-        };
-        assert_eq!(
-            value(&dockerfile, &format!("ARG {variable}=")),
-            value(&script, &format!("{variable}=")),
-            "{variable} differs between Dockerfile and hack/install-ansible.sh"
-        );
+    assert!(script.contains(r#"toolchain="${ANSIBLE_TOOLCHAIN:-2.18}""#), "the script's default toolchain");
+    assert!(dockerfile.contains("ARG ANSIBLE_TOOLCHAIN=2.18\n"), "the image's default toolchain");
+    assert!(dockerfile.contains("COPY hack/toolchains/${ANSIBLE_TOOLCHAIN}/ /tmp/toolchain/"));
+    for toolchain in ["2.18", "2.19"] {
+        let dir = support::repo().join("hack/toolchains").join(toolchain);
+        let bundle = std::fs::read_to_string(dir.join("bundle")).expect("read bundle");
+        for variable in ["ANSIBLE_BUNDLE_VERSION=", "ANSIBLE_BUNDLE_SHA256="] {
+            assert!(bundle.lines().any(|l| l.starts_with(variable)), "{toolchain}/bundle sets {variable}");
+        }
+        assert!(dir.join("requirements.txt").exists());
     }
     assert!(
         dockerfile.contains(

@@ -60,9 +60,73 @@ async fn metrics_expose_upstream_names_that_move_after_a_reconcile_plus_user_met
     assert!(text.contains(&format!("controller_runtime_active_workers{{{controller}}}")), "{text}");
     assert!(text.contains("controller_runtime_reconcile_time_seconds_count{"), "{text}");
     assert!(text.contains("ansible_operator_runs_in_flight"), "{text}");
+    // The suite runs once per executor (the harness sets ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR).
+    let executor = std::env::var("ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR").unwrap_or_else(|_| "warm".into());
+    assert!(
+        sample(&text, &format!("ansible_operator_executor_runs_total{{executor=\"{executor}\"}}"))
+            .is_some_and(|v| v >= 1.0),
+        "the run is counted for the {executor} executor: {text}"
+    );
+    if executor == "warm" {
+        assert!(
+            sample(&text, "ansible_operator_executor_worker_resident_memory_bytes").is_some_and(|v| v > 1e6),
+            "the worker's memory is reported: {text}"
+        );
+    }
     assert!(
         sample(&text, "sample_runs_total").is_some_and(|v| v >= 1.0),
         "the playbook's osdk_metric: {text}"
+    );
+}
+
+/// Cluster-wide RBAC a test made, deleted when dropped.
+struct ClusterRbac(Vec<(&'static str, String)>);
+
+impl Drop for ClusterRbac {
+    fn drop(&mut self) {
+        for (kind, name) in &self.0 {
+            let _ = support::kubectl(["delete", kind, name.as_str(), "--ignore-not-found"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn secure_metrics_answer_only_tokens_allowed_to_get_metrics() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "endpoints-secure").await;
+    support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
+    let port = support::free_port();
+    let cert_dir = support::operator::scratch_dir("metrics-cert");
+    let cacert = support::api::certificate(&cert_dir);
+    let _operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, "Metered", "user_metric.yml"), &ns.name)
+            .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
+            .arg("--metrics-secure")
+            .arg("--metrics-require-rbac")
+            .arg(format!("--metrics-cert-dir={}", cert_dir.display()))
+            .start();
+    let metrics = support::api::ApiServer::localhost(port, Some(cacert));
+    metrics.wait_until_up(WAIT);
+
+    let role = format!("{}-metrics-reader", ns.name);
+    let _rbac = ClusterRbac(vec![("clusterrolebinding", role.clone()), ("clusterrole", role.clone())]);
+    support::kubectl_ok(["create", "clusterrole", &role, "--verb=get", "--non-resource-url=/metrics"]);
+    support::kubectl_ok(["-n", &ns.name, "create", "serviceaccount", "scraper"]);
+    let account = format!("--serviceaccount={}:scraper", ns.name);
+    support::kubectl_ok(["create", "clusterrolebinding", &role, &format!("--clusterrole={role}"), &account]);
+    let scraper = support::kubectl_ok(["-n", &ns.name, "create", "token", "scraper"]);
+    let stranger = support::kubectl_ok(["-n", &ns.name, "create", "token", "default"]);
+
+    // The certificate from --metrics-cert-dir verifies; no token is 401, one without the role 403.
+    assert_eq!(metrics.request("GET", "/metrics", None).status, 401);
+    let forbidden = metrics.request("GET", "/metrics", Some(stranger.trim()));
+    assert_eq!(forbidden.status, 403, "{}", forbidden.body);
+    let scraped = metrics.request("GET", "/metrics", Some(scraper.trim()));
+    assert_eq!(scraped.status, 200, "{}", scraped.body);
+    assert!(
+        scraped.body.as_str().unwrap_or_default().contains("ansible_operator_build_info{"),
+        "{}",
+        scraped.body
     );
 }
 

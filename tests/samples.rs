@@ -14,8 +14,9 @@ use support::operator::{OperatorConfig, scratch_dir};
 const WAIT: Duration = Duration::from_secs(90);
 
 #[tokio::test]
-async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
+async fn memcached_role_deploys_waits_for_ready_pods_reports_status_and_cleans_up_on_delete() {
     let client = support::client().await;
+    support::node::require_ready_node(&client).await;
     let ns = support::TestNamespace::new(&client, "sample-memcached").await;
     support::install_sample_crds(&client).await;
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
@@ -26,17 +27,19 @@ async fn memcached_role_deploys_reports_status_and_cleans_up_on_delete() {
         "cache.example.com",
         "Memcached",
         "cache",
-        json!({"size": 2, "memoryLimitMb": 128}),
+        json!({"size": 2, "memoryLimitMb": 128, "image": support::node::MEMCACHED_IMAGE}),
     )
     .await;
     let done = support::wait_for_condition(&api, "cache", "Successful", "True", WAIT).await;
     assert_eq!(done.data["status"]["deployment"], "cache-memcached", "k8s_status wrote custom status");
     assert_eq!(done.data["status"]["replicas"], 2);
+    assert_eq!(done.data["status"]["readyReplicas"], 2, "the role waited for the Pods on the node");
     assert!(done.metadata.finalizers.iter().flatten().any(|f| f == "cache.example.com/finalizer"));
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let deployment = deployments.get("cache-memcached").await.expect("deployment created");
     assert_eq!(deployment.spec.unwrap().replicas, Some(2));
+    assert_eq!(deployment.status.unwrap().ready_replicas, Some(2));
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let settings = configmaps.get("cache-memcached").await.expect("settings created");
     assert_eq!(settings.data.unwrap()["memory_limit_mb"], "128", "camelCase spec key reached the role");

@@ -12,14 +12,16 @@ use crate::cli::{LogArgs, LogEncoder};
 
 /// Installs the global subscriber. Zap-style JSON lines at info level by default; `--zap-devel`
 /// switches to console output at debug level, as controller-runtime does. `RUST_LOG` overrides the
-/// level.
+/// level (and kube's own watcher warnings, which are otherwise left to `watch_errors`).
 pub fn init(args: &LogArgs) {
     let level = match args.zap_log_level.as_deref() {
         Some(level) => zap_level(level),
         None if args.zap_devel => "debug",
         None => "info",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // kube's watcher warns at every retry of a forbidden watch; `watch_errors` reports each streak once.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},kube_runtime::watcher=error")));
     let encoder =
         args.zap_encoder.unwrap_or(if args.zap_devel { LogEncoder::Console } else { LogEncoder::Json });
     let registry = tracing_subscriber::registry().with(filter);

@@ -11,6 +11,24 @@ pub const RECONCILE_PERIOD: &str = "ansible.sdk.operatorframework.io/reconcile-p
 pub const VERBOSITY: &str = "ansible.sdk.operatorframework.io/verbosity";
 /// Artifacts kept for this CR (`0` keeps all).
 pub const MAX_RUNNER_ARTIFACTS: &str = "ansible.sdk.operatorframework.io/max-runner-artifacts";
+/// A request for a run now (ours): `{"at": "<RFC 3339>", "by": "<who>"}`, set by the API's
+/// `reconcile` (or by hand; then `by` may be missing). Changing it triggers a run.
+pub const RECONCILE_REQUESTED: &str = "ansible-operator.dev/reconcile-requested";
+
+/// A manual request: when it was made and by whom.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct ReconcileRequest {
+    /// When (RFC 3339).
+    pub at: String,
+    /// Who, as the API authenticated them.
+    #[serde(default)]
+    pub by: String,
+}
+
+/// The manual request annotation, when it is readable.
+pub fn reconcile_request(annotations: &BTreeMap<String, String>) -> Option<ReconcileRequest> {
+    annotations.get(RECONCILE_REQUESTED).and_then(|value| serde_json::from_str(value).ok())
+}
 
 /// The reconcile-period annotation, when present. An unparsable value is an error.
 pub fn reconcile_period(
@@ -47,6 +65,20 @@ mod tests {
         );
         assert_eq!(reconcile_period(&annotations(&[(RECONCILE_PERIOD, "0s")])), Ok(Some(Duration::ZERO)));
         assert!(reconcile_period(&annotations(&[(RECONCILE_PERIOD, "often")])).is_err());
+    }
+
+    #[test]
+    fn reconcile_requests_are_json_with_a_time_and_an_author() {
+        let request = r#"{"at":"2026-11-23T10:00:00Z","by":"alice"}"#;
+        assert_eq!(
+            reconcile_request(&annotations(&[(RECONCILE_REQUESTED, request)])),
+            Some(ReconcileRequest { at: "2026-11-23T10:00:00Z".into(), by: "alice".into() })
+        );
+        assert_eq!(
+            reconcile_request(&annotations(&[(RECONCILE_REQUESTED, r#"{"at":"x"}"#)])).map(|r| r.by),
+            Some(String::new())
+        );
+        assert_eq!(reconcile_request(&annotations(&[(RECONCILE_REQUESTED, "now please")])), None);
     }
 
     #[test]

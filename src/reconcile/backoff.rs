@@ -29,6 +29,11 @@ impl Backoff {
         delay(*count)
     }
 
+    /// Failures of the CR since its last success.
+    pub fn count(&self, key: &str) -> u32 {
+        self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get(key).copied().unwrap_or(0)
+    }
+
     /// Forgets the CR's failures after a success (or its deletion).
     pub fn reset(&self, key: &str) {
         self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(key);

@@ -5,12 +5,13 @@ pub mod annotations;
 pub mod backoff;
 pub mod budget;
 pub mod decide;
+mod journal;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use serde_json::{Map, Value, json};
@@ -31,6 +32,7 @@ use crate::vars::{self, VarsInput};
 use crate::watches::Watch;
 use budget::{Budget, Priority};
 use decide::{After, Before};
+use journal::Journal;
 
 /// How soon a CR that started terminating during a run is looked at again (as upstream).
 const FINALIZER_REQUEUE: Duration = Duration::from_secs(5);
@@ -60,6 +62,18 @@ pub struct Settings {
     pub playbook_env: Vec<(String, String)>,
     /// The global run budget (`--max-concurrent-runs`).
     pub budget: Arc<Budget>,
+    /// Where run records go (`None` with `--run-history-limit=0`).
+    pub history: Option<Arc<crate::history::History>>,
+    /// Events on the CRs about their runs.
+    pub events: Option<Arc<crate::history::events::Events>>,
+    /// What the operator remembers between runs, to tell why a run happens.
+    pub ledger: Arc<crate::history::Ledger>,
+    /// Run records kept per CR (`--run-history-limit`; a watch's `runHistoryLimit` wins).
+    pub run_history_limit: usize,
+    /// The runs in flight and their output, for the API.
+    pub live: Arc<crate::history::LiveRuns>,
+    /// `--trust-cr-templates`: Jinja in CR strings is evaluated (a watch's `trustCRTemplates` wins).
+    pub trust_cr_templates: bool,
 }
 
 /// Everything a reconcile of one watched kind needs.
@@ -166,7 +180,10 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         job = %ident,
     );
     let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
-    let result = reconcile_inner(&object, &ctx, &key, ident).instrument(span.clone()).await;
+    let mut journal = Journal::default();
+    let result =
+        reconcile_inner(&object, &ctx, &key, ident.clone(), &mut journal).instrument(span.clone()).await;
+    journal::finish(&ctx, &object, &ident, journal, &result).instrument(span.clone()).await;
     let _entered = span.enter();
     match result {
         Ok(next) => {
@@ -203,7 +220,10 @@ impl From<Next> for Action {
 
 /// The controller's error policy: retry with per-CR exponential backoff.
 pub fn error_policy(object: Arc<DynamicObject>, _error: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(ctx.backoff.failed(&key_of(&object)))
+    let key = key_of(&object);
+    let delay = ctx.backoff.failed(&key);
+    journal::retry_scheduled(&ctx, &object, ctx.backoff.count(&key));
+    Action::requeue(delay)
 }
 
 async fn reconcile_inner(
@@ -211,6 +231,7 @@ async fn reconcile_inner(
     ctx: &Context,
     key: &str,
     ident: String,
+    journal: &mut Journal,
 ) -> Result<Next, Error> {
     let api = api_for(ctx, object);
     let name = object.name_any();
@@ -254,6 +275,7 @@ async fn reconcile_inner(
     let waiting = ctx.metrics.waiting();
     let _permit = ctx.settings.budget.acquire(priority(&current, finalizing)).await;
     drop(waiting);
+    journal.start(ctx, &current, finalizing).await;
 
     if watch.manage_status {
         match status::write(&api, &name, &Transition::Running, generation).await? {
@@ -270,14 +292,16 @@ async fn reconcile_inner(
     if let (false, Some(precheck)) = (finalizing, &watch.extensions.precheck) {
         let mut spec = run_spec(ctx, &current, &object_json, finalizing, new_ident(), remote.as_ref());
         spec.target = precheck.clone();
-        run_precheck(ctx, &target, &current, spec, inventory_hosts).await?;
+        run_precheck(ctx, &target, &current, spec, inventory_hosts, journal).await?;
     }
 
     let spec = run_spec(ctx, &current, &object_json, finalizing, ident, remote.as_ref());
-    let report = match run_ansible(ctx, &current, spec).await {
+    journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
+    let report = match run_ansible(ctx, &current, spec, journal).await {
         Ok(report) => report,
         Err(source) => return Err(unable_to_run(&target, source).await),
     };
+    let report = journal.report.insert(report);
     let outcome = &report.outcome;
     let Some(stats) = outcome.stats.clone() else {
         let output = report.error_text();
@@ -362,7 +386,7 @@ fn run_spec(
         group: &watch.gvk.group,
         kind: &watch.gvk.kind,
         snake_case_parameters: watch.snake_case_parameters,
-        mark_unsafe: watch.mark_unsafe,
+        unsafe_strings: unsafe_strings(watch, settings.trust_cr_templates),
         watch_vars: &watch.vars,
         finalizer_vars: finalizer.map(|f| &f.vars),
     });
@@ -388,22 +412,44 @@ fn run_spec(
         },
         role_skip_facts: settings.role_skip_facts,
         ssh: remote.map(|r| r.ssh.clone()),
+        executor: watch.extensions.executor,
     }
 }
 
-/// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends.
+/// Which CR strings a watch passes as unsafe text: all with `markUnsafe`, none where CR templates
+/// are trusted, else those holding a Jinja delimiter.
+pub fn unsafe_strings(watch: &Watch, trust_by_default: bool) -> vars::UnsafeStrings {
+    if watch.mark_unsafe {
+        vars::UnsafeStrings::All
+    } else if watch.extensions.trust_cr_templates.unwrap_or(trust_by_default) {
+        vars::UnsafeStrings::None
+    } else {
+        vars::UnsafeStrings::Templates
+    }
+}
+
+/// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends. The
+/// objects it wrote and its executor go to the journal.
 async fn run_ansible(
     ctx: &Context,
     object: &DynamicObject,
     mut spec: RunSpec,
+    journal: &mut Journal,
 ) -> Result<runner::Report, runner::Error> {
     let (issued, kubeconfig) = proxy_credential(&ctx.proxy, ctx, object, &mut spec)
         .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
     let in_flight = ctx.metrics.run_started();
-    let report = runner::run(&ctx.settings.runner, &spec).await;
+    let trigger = serde_json::to_value(&journal.trigger).unwrap_or_default();
+    let live = ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger);
+    let report = runner::run(&ctx.settings.runner, &spec, Some(&live)).await;
+    drop(live);
     drop(in_flight);
+    journal.writes.extend(issued.grant.writes());
     drop(issued);
     let _ = std::fs::remove_file(kubeconfig);
+    if let Ok(report) = &report {
+        journal.executor = Some(report.executor);
+    }
     report
 }
 
@@ -446,14 +492,16 @@ async fn run_precheck(
     object: &DynamicObject,
     spec: RunSpec,
     inventory_hosts: Option<&[String]>,
+    journal: &mut Journal,
 ) -> Result<(), Error> {
-    let report = match run_ansible(ctx, object, spec).await {
+    let report = match run_ansible(ctx, object, spec, journal).await {
         Ok(report) => report,
         Err(source) => return Err(unable_to_run(target, source).await),
     };
     if report.outcome.succeeded() {
         return Ok(());
     }
+    journal.report = Some(report.clone());
     if ctx.watch.manage_status {
         let failed = Transition::Failed {
             reason: PRECHECK_FAILED.into(),
@@ -516,6 +564,7 @@ fn proxy_credential(
         watch_dependents: watch.watch_dependent_resources,
         watch_cluster_scoped: watch.watch_cluster_scoped_resources,
         blacklist: watch.blacklist.clone(),
+        touched: Default::default(),
     })?;
     std::fs::create_dir_all(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");
@@ -564,7 +613,7 @@ async fn set_finalizer(
     }
     let patch = json!({"metadata": {"resourceVersion": object.resource_version(), "finalizers": finalizers}});
     let action = if present { "add the finalizer to" } else { "remove the finalizer from" };
-    match with_timeout(api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch))).await {
+    match with_timeout(api.patch(&object.name_any(), &kubeapi::patch_params(), &Patch::Merge(&patch))).await {
         Ok(updated) => {
             tracing::info!(finalizer, present, "updated finalizers");
             Ok(Some(updated))

@@ -4,7 +4,7 @@
 
 pub mod conditions;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch};
 use serde_json::{Map, Value, json};
 
 pub use conditions::Transition;
@@ -92,7 +92,7 @@ pub async fn write_with_hosts(
             "metadata": {"resourceVersion": current.metadata.resource_version},
             "status": status,
         });
-        match with_timeout(api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))).await {
+        match with_timeout(api.patch_status(name, &kubeapi::patch_params(), &Patch::Merge(&patch))).await {
             Ok(written) => return Ok(Some(written)),
             Err(err) if err.is_conflict() => continue,
             Err(err) if err.is_not_found() => {

@@ -168,6 +168,14 @@ pub enum Error {
         /// The value as written.
         value: String,
     },
+    /// `executor` is neither `warm` nor `cold`.
+    #[error("{at}: field \"executor\": {value:?} is not one of \"warm\", \"cold\"")]
+    Executor {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// The value as written.
+        value: String,
+    },
     /// `precheck` names neither a playbook nor a role.
     #[error("{at}: field \"precheck\": must be a playbook path or a mapping with playbook or role")]
     PrecheckTarget {

@@ -1,5 +1,6 @@
-//! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`): read,
-//! type-checked and, for templates, parsed at load so a typo stops start-up.
+//! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
+//! `executor`, `runHistoryLimit`, `trustCRTemplates`): read, type-checked and, for templates, parsed at load so a typo
+//! stops start-up.
 
 use serde_json::Value;
 
@@ -7,10 +8,19 @@ use super::error::{EntryRef, Error};
 use super::fields::Fields;
 use super::paths;
 use super::{Environment, Extensions, HostKeyChecking};
+use crate::executor::Executor;
 use crate::template;
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 4] = ["inventory", "sshKeySecret", "hostKeyChecking", "precheck"];
+pub(super) const KEYS: [&str; 7] = [
+    "inventory",
+    "sshKeySecret",
+    "hostKeyChecking",
+    "precheck",
+    "executor",
+    "runHistoryLimit",
+    "trustCRTemplates",
+];
 
 const PRECHECK_KEYS: [&str; 2] = ["playbook", "role"];
 
@@ -51,7 +61,23 @@ pub(super) fn read(
                 .at(at));
         }
     };
-    Ok(Extensions { inventory, ssh_key_secret, host_key_checking, precheck })
+    let executor = match fields.string("executor").map_err(|e| e.at(at))?.as_deref() {
+        None => None,
+        Some("warm") => Some(Executor::Warm),
+        Some("cold") => Some(Executor::Cold),
+        Some(other) => return Err(Error::Executor { at: at.boxed(), value: other.to_string() }),
+    };
+    let run_history_limit = fields.count("runHistoryLimit").map_err(|e| e.at(at))?.map(|n| n as usize);
+    let trust_cr_templates = fields.boolean("trustCRTemplates").map_err(|e| e.at(at))?;
+    Ok(Extensions {
+        inventory,
+        ssh_key_secret,
+        host_key_checking,
+        precheck,
+        executor,
+        run_history_limit,
+        trust_cr_templates,
+    })
 }
 
 fn resolve(

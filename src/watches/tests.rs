@@ -299,7 +299,7 @@ fn extension_keys_are_read_without_warnings() {
     let (dir, env) = project();
     let loaded = parse_ok(
         &memcached(
-            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n",
+            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n",
         ),
         &env,
     );
@@ -309,7 +309,22 @@ fn extension_keys_are_read_without_warnings() {
     assert_eq!(extensions.ssh_key_secret.as_deref(), Some("{{ spec.keySecret }}"));
     assert_eq!(extensions.host_key_checking, HostKeyChecking::AcceptNew);
     assert_eq!(extensions.precheck, Some(Target::Playbook(dir.path().join("playbook.yml"))));
+    assert_eq!(extensions.executor, Some(crate::executor::Executor::Cold));
+    assert_eq!(extensions.run_history_limit, Some(3));
+    assert_eq!(extensions.trust_cr_templates, Some(true));
     assert!(extensions.uses_ssh());
+}
+
+#[test]
+fn an_executor_other_than_warm_or_cold_stops_the_load() {
+    let (_dir, env) = project();
+    assert_eq!(
+        one(&memcached("  role: memcached\n  executor: warm\n"), &env).extensions.executor,
+        Some(crate::executor::Executor::Warm)
+    );
+    assert_eq!(one(&memcached("  role: memcached\n"), &env).extensions.executor, None);
+    let err = parse_err(&memcached("  role: memcached\n  executor: hot\n"), &env);
+    assert!(err.contains("field \"executor\": \"hot\" is not one of \"warm\", \"cold\""), "{err}");
 }
 
 #[test]

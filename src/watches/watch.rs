@@ -38,7 +38,7 @@ pub struct Finalizer {
 }
 
 /// Keys this project reads beyond upstream's (upstream ignores them, so files stay portable): running
-/// against hosts over SSH.
+/// against hosts over SSH, which executor runs Ansible, and how much run history is kept.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Extensions {
     /// `inventory`: a minijinja template rendered from the CR into a YAML inventory.
@@ -49,6 +49,14 @@ pub struct Extensions {
     pub host_key_checking: HostKeyChecking,
     /// `precheck`: a playbook or role run before the main target against the same inventory.
     pub precheck: Option<Target>,
+    /// `executor`: `warm` or `cold` for this kind; `None` follows `--ansible-executor`.
+    pub executor: Option<crate::executor::Executor>,
+    /// `runHistoryLimit`: run records kept per CR of this kind (0: none); `None` follows
+    /// `--run-history-limit`.
+    pub run_history_limit: Option<usize>,
+    /// `trustCRTemplates`: Jinja in CR strings is evaluated, as upstream does; `None` follows
+    /// `--trust-cr-templates`.
+    pub trust_cr_templates: Option<bool>,
 }
 
 impl Extensions {

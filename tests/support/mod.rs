@@ -5,13 +5,15 @@
 
 #![allow(dead_code)]
 
+pub mod api;
 pub mod configmaps;
 pub mod hosts;
+pub mod node;
 pub mod operator;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -92,6 +94,13 @@ fn rand_suffix() -> u32 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
     hasher.finish() as u32
+}
+
+/// Installs deploy/'s `AnsibleRun` CRD, where the run history is kept.
+pub async fn install_run_records_crd(client: &Client) {
+    let text = std::fs::read_to_string(repo().join("deploy/crds/ansible-operator.dev_ansibleruns.yaml"))
+        .expect("read the AnsibleRun CRD");
+    install_crd(client, &serde_saphyr::from_str(&text).expect("the AnsibleRun CRD is YAML")).await;
 }
 
 /// A namespaced CRD `<plural>.<group>` with version `v1alpha1`, open schemas for spec and status,
@@ -286,6 +295,20 @@ pub fn http_get(port: u16, path: &str, authorization: Option<&str>) -> Option<(u
     Some((code, body))
 }
 
+/// A copy of the admin kubeconfig in `dir` that impersonates `user` in `groups` (as that identity's
+/// own token would act). It holds the admin's client key: remove it when done.
+pub fn impersonating_kubeconfig(dir: &Path, user: &str, groups: &[&str]) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig()).expect("read kubeconfig");
+    let mut config: Value = serde_saphyr::from_str(&text).expect("kubeconfig is YAML");
+    for entry in config["users"].as_array_mut().expect("kubeconfig has users") {
+        entry["user"]["as"] = json!(user);
+        entry["user"]["as-groups"] = json!(groups);
+    }
+    let path = dir.join("impersonating.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).expect("write kubeconfig");
+    path
+}
+
 /// Installs the sample operator's CRDs from `deploy/crds/`.
 pub async fn install_sample_crds(client: &Client) {
     for file in [
@@ -297,4 +320,35 @@ pub async fn install_sample_crds(client: &Client) {
         let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");
         install_crd(client, &crd).await;
     }
+}
+
+/// kubectl against the test cluster.
+pub fn kubectl<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(repo().join(".local/bin/kubectl"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig())
+        .args(args)
+        .output()
+        .expect("run kubectl")
+}
+
+/// Runs kubectl, fails the test unless it succeeds, and returns its stdout.
+pub fn kubectl_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
+    let output = kubectl(&args);
+    assert!(
+        output.status.success(),
+        "kubectl {args:?} failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }

@@ -142,6 +142,7 @@ fn default_ports(args: &[String]) -> Vec<String> {
         ("--metrics-bind-address", "0"),
         ("--health-probe-bind-address", "0"),
         ("--user-metrics-bind-address", "0"),
+        ("--api-bind-address", "0"),
     ];
     defaults
         .iter()
@@ -152,7 +153,7 @@ fn default_ports(args: &[String]) -> Vec<String> {
 
 /// The operator binary with the test cluster and the project's venv in its environment.
 pub fn command(dir: &Path) -> Command {
-    let venv = repo().join(".venv");
+    let venv = venv();
     let path = format!(
         "{}:{}:{}",
         venv.join("bin").display(),
@@ -169,6 +170,12 @@ pub fn command(dir: &Path) -> Command {
         .env_remove("ANSIBLE_INVENTORY")
         .stdin(Stdio::null());
     command
+}
+
+/// The Ansible venv the operator runs playbooks with: `ANSIBLE_OPERATOR_TEST_VENV` (the newer
+/// toolchain's slice in `make test`), else `<repo>/.venv`.
+pub fn venv() -> PathBuf {
+    std::env::var_os("ANSIBLE_OPERATOR_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| repo().join(".venv"))
 }
 
 /// `tests/fixtures`.
