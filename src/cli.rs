@@ -84,6 +84,13 @@ pub struct RunArgs {
           value_parser = go_duration::parse)]
     pub reconcile_period: Duration,
 
+    /// Longest a single ansible-runner run may take (Go duration; `0s`: no limit). A run that
+    /// takes longer has its process tree ended and its CR gets `Failure` with reason
+    /// `RunTimedOut`, then is retried with backoff. A watch's `runTimeout` wins.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_RUN_TIMEOUT", default_value = "0s",
+          value_parser = go_duration::parse)]
+    pub ansible_run_timeout: Duration,
+
     /// Reconciles that may run at once for each kind; `MAX_CONCURRENT_RECONCILES_<KIND>_<GROUP>`
     /// overrides it per kind. Default: the number of CPUs.
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_RECONCILES")]
@@ -267,6 +274,14 @@ mod tests {
         assert_eq!(args.graceful_shutdown_timeout, Duration::from_secs(30));
         assert_eq!(args.ansible_log_events, LogEvents::Tasks);
         assert_eq!(args.ansible_executor, crate::executor::Executor::Warm);
+        assert_eq!(args.ansible_run_timeout, Duration::ZERO, "no run timeout");
+    }
+
+    #[test]
+    fn run_timeout_is_a_go_duration() {
+        assert_eq!(run(&["--ansible-run-timeout=1m30s"]).ansible_run_timeout, Duration::from_secs(90));
+        let argv = ["ansible-operator", "run", "--ansible-run-timeout=90"];
+        assert!(Cli::try_parse_from(argv).is_err(), "a bare number has no unit");
     }
 
     #[test]

@@ -142,6 +142,12 @@ fn invalid_reconcile_period_is_rejected() {
 }
 
 #[test]
+fn invalid_run_timeout_is_rejected() {
+    let error = load_error("bad-run-timeout", &entry(KIND, "  runTimeout: forever\n"));
+    assert_names(&error, &["entry 1", KIND, "field \"runTimeout\"", "\"forever\""]);
+}
+
+#[test]
 fn invalid_selector_operator_is_rejected() {
     let selector = "  selector:\n    matchExpressions:\n      - key: tier\n        operator: Near\n        values: [a]\n";
     let error = load_error("bad-selector", &entry(KIND, selector));

@@ -140,6 +140,14 @@ pub enum Error {
         /// Why the duration was rejected; names the value.
         reason: go_duration::Error,
     },
+    /// `runTimeout` is not a Go duration.
+    #[error("{at}: field \"runTimeout\": {reason}")]
+    RunTimeout {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// Why the duration was rejected; names the value.
+        reason: go_duration::Error,
+    },
     /// `selector` is not a valid label selector.
     #[error("{at}: field {field:?}: {problem}")]
     Selector {

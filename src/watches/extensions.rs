@@ -1,6 +1,8 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
-//! `executor`, `runHistoryLimit`, `trustCRTemplates`): read, type-checked and, for templates, parsed at load so a typo
+//! `executor`, `runHistoryLimit`, `trustCRTemplates`, `runTimeout`): read, type-checked and, for templates, parsed at load so a typo
 //! stops start-up.
+
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -9,10 +11,10 @@ use super::fields::Fields;
 use super::paths;
 use super::{Environment, Extensions, HostKeyChecking};
 use crate::executor::Executor;
-use crate::template;
+use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 7] = [
+pub(super) const KEYS: [&str; 8] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -20,6 +22,7 @@ pub(super) const KEYS: [&str; 7] = [
     "executor",
     "runHistoryLimit",
     "trustCRTemplates",
+    "runTimeout",
 ];
 
 const PRECHECK_KEYS: [&str; 2] = ["playbook", "role"];
@@ -69,6 +72,7 @@ pub(super) fn read(
     };
     let run_history_limit = fields.count("runHistoryLimit").map_err(|e| e.at(at))?.map(|n| n as usize);
     let trust_cr_templates = fields.boolean("trustCRTemplates").map_err(|e| e.at(at))?;
+    let run_timeout = run_timeout(fields, at)?;
     Ok(Extensions {
         inventory,
         ssh_key_secret,
@@ -77,7 +81,21 @@ pub(super) fn read(
         executor,
         run_history_limit,
         trust_cr_templates,
+        run_timeout,
     })
+}
+
+/// `runTimeout`: a Go duration string; `0s` means no limit for this kind, whatever the flag says.
+fn run_timeout(fields: &mut Fields, at: &EntryRef) -> Result<Option<Duration>, Error> {
+    match fields.raw("runTimeout") {
+        None => Ok(None),
+        Some(Value::String(text)) => {
+            go_duration::parse(&text).map(Some).map_err(|reason| Error::RunTimeout { at: at.boxed(), reason })
+        }
+        Some(other) => {
+            Err(fields.mismatch("runTimeout", "a go duration string such as \"10m\"", &other).at(at))
+        }
+    }
 }
 
 fn resolve(

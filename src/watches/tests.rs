@@ -299,7 +299,7 @@ fn extension_keys_are_read_without_warnings() {
     let (dir, env) = project();
     let loaded = parse_ok(
         &memcached(
-            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n",
+            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n  runTimeout: 15m\n",
         ),
         &env,
     );
@@ -312,7 +312,38 @@ fn extension_keys_are_read_without_warnings() {
     assert_eq!(extensions.executor, Some(crate::executor::Executor::Cold));
     assert_eq!(extensions.run_history_limit, Some(3));
     assert_eq!(extensions.trust_cr_templates, Some(true));
+    assert_eq!(extensions.run_timeout, Some(Duration::from_secs(900)));
     assert!(extensions.uses_ssh());
+}
+
+#[test]
+fn run_timeout_follows_the_flag_unless_the_watch_sets_one() {
+    let (_dir, env) = project();
+    let flag = Duration::from_secs(600);
+    let absent = one(&memcached("  role: memcached\n"), &env).extensions;
+    assert_eq!(absent.run_timeout(flag), Some(flag), "the flag applies");
+    assert_eq!(absent.run_timeout(Duration::ZERO), None, "neither sets a limit");
+    let own = one(&memcached("  role: memcached\n  runTimeout: 3s\n"), &env).extensions;
+    assert_eq!(own.run_timeout(flag), Some(Duration::from_secs(3)), "the watch wins");
+    let off = one(&memcached("  role: memcached\n  runTimeout: 0s\n"), &env).extensions;
+    assert_eq!(off.run_timeout(flag), None, "0s lifts the flag's limit for this kind");
+}
+
+#[test]
+fn run_timeout_must_be_a_go_duration_string() {
+    let (_dir, env) = project();
+    let message = parse_err(&memcached("  role: memcached\n  runTimeout: ten minutes\n"), &env);
+    assert_eq!(
+        message,
+        "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"runTimeout\": invalid duration \"ten minutes\": expected a Go duration such as \"30s\", \"1h30m\" or \"0s\""
+    );
+    let message = parse_err(&memcached("  role: memcached\n  runTimeout: 600\n"), &env);
+    assert!(
+        message.ends_with("field \"runTimeout\": expected a go duration string such as \"10m\", found 600"),
+        "{message}"
+    );
+    let message = parse_err(&memcached("  role: memcached\n  runTimeout: -5s\n"), &env);
+    assert!(message.contains("field \"runTimeout\": "), "{message}");
 }
 
 #[test]

@@ -57,9 +57,17 @@ pub struct Extensions {
     /// `trustCRTemplates`: Jinja in CR strings is evaluated, as upstream does; `None` follows
     /// `--trust-cr-templates`.
     pub trust_cr_templates: Option<bool>,
+    /// `runTimeout`: longest one run of this kind may take (`Some(ZERO)`: no limit); `None`
+    /// follows `--ansible-run-timeout`.
+    pub run_timeout: Option<Duration>,
 }
 
 impl Extensions {
+    /// The run timeout of this kind given the `--ansible-run-timeout` flag; `None`: no limit.
+    pub fn run_timeout(&self, flag: Duration) -> Option<Duration> {
+        Some(self.run_timeout.unwrap_or(flag)).filter(|timeout| !timeout.is_zero())
+    }
+
     /// Whether runs reach hosts over SSH set up by the operator (an inventory or a key is given).
     pub fn uses_ssh(&self) -> bool {
         self.inventory.is_some() || self.ssh_key_secret.is_some()
