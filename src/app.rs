@@ -185,7 +185,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = drained => {}
             _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
                 tracing::warn!("graceful shutdown timed out");
-                settings.runner.active.terminate_all(RUN_TERMINATION_GRACE).await;
+                settings.runner.active.terminate_all(runner::process::TERMINATION_GRACE).await;
             }
             _ = shutdown_signal() => tracing::warn!("second signal: stopping at once"),
         }
@@ -339,9 +339,6 @@ fn leader_config(args: &RunArgs) -> anyhow::Result<Option<leader::Config>> {
     Ok(Some(config))
 }
 
-/// How long a run gets between SIGTERM and SIGKILL once the graceful shutdown has timed out.
-const RUN_TERMINATION_GRACE: Duration = Duration::from_secs(5);
-
 /// How often the global artifact cap is enforced.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -408,6 +405,7 @@ fn settings(
     };
     Settings {
         reconcile_period: args.reconcile_period,
+        run_timeout: args.ansible_run_timeout,
         runner: runner::Settings {
             program: PathBuf::from(RUNNER),
             log_events: args.ansible_log_events,

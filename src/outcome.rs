@@ -115,6 +115,8 @@ pub struct Outcome {
     pub tasks: Vec<TaskResult>,
     /// Task results beyond [`MAX_TASKS`].
     pub tasks_omitted: usize,
+    /// The task (or handler) that started last: what the run was doing if it had to be stopped.
+    pub last_task_started: Option<String>,
 }
 
 impl Outcome {
@@ -127,6 +129,9 @@ impl Outcome {
             }
             "runner_on_failed" if counts_as_failure(event) => self.failures.push(failure(event, false)),
             "runner_on_unreachable" => self.failures.push(failure(event, true)),
+            "playbook_on_task_start" | "playbook_on_handler_task_start" => {
+                self.last_task_started = event.data_str("task").map(str::to_string);
+            }
             _ => {}
         }
         if let Some(task) = task_result(event) {
@@ -385,6 +390,24 @@ mod tests {
             (0..MAX_TASKS + 3).map(|i| task("runner_on_ok", &i.to_string(), false)).collect();
         let outcome = fold(&many);
         assert_eq!((outcome.tasks.len(), outcome.tasks_omitted), (MAX_TASKS, 3));
+    }
+
+    #[test]
+    fn the_task_that_started_last_is_remembered() {
+        let start = |event: &str, task: &str| json!({"event": event, "event_data": {"task": task}});
+        assert_eq!(fold(&[json!({"event": "playbook_on_start"})]).last_task_started, None);
+        let outcome = fold(&[
+            start("playbook_on_task_start", "Gathering Facts"),
+            json!({"event": "runner_on_ok", "event_data": {"task": "Gathering Facts"}}),
+            start("playbook_on_task_start", "wait for the database"),
+            json!({"event": "runner_on_start", "event_data": {"task": "wait for the database"}}),
+        ]);
+        assert_eq!(outcome.last_task_started.as_deref(), Some("wait for the database"));
+        let outcome = fold(&[
+            start("playbook_on_task_start", "change config"),
+            start("playbook_on_handler_task_start", "restart service"),
+        ]);
+        assert_eq!(outcome.last_task_started.as_deref(), Some("restart service"));
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub fn event(record: &RunRecord) -> Event {
             };
             (EventType::Warning, "ReconcileFailed", format!("{trigger} run: {what}"))
         }
+        RunResult::TimedOut => {
+            let what = record.message.as_deref().unwrap_or("timed out");
+            (EventType::Warning, "RunTimedOut", format!("{trigger} run: {what}"))
+        }
     };
     Event { type_, reason: reason.into(), note: Some(cut(note)), action: trigger.into(), secondary: None }
 }
@@ -95,5 +99,19 @@ mod tests {
         assert_eq!(succeeded.action, "SpecChanged", "runs of one trigger fold into a series");
         assert_eq!(succeeded.note.as_deref(), Some("SpecChanged run: ok=2 changed=1 skipped=0"));
         assert_eq!(cut("é".repeat(600)).len(), 1023);
+    }
+
+    #[test]
+    fn a_timed_out_run_is_a_warning_with_its_own_reason_and_message() {
+        let mut timed_out = record();
+        timed_out.result = RunResult::TimedOut;
+        timed_out.failed_task = None;
+        timed_out.message = Some("run timed out after 3s while running task \"hang\"".into());
+        let event = event(&timed_out);
+        assert_eq!((event.type_, event.reason.as_str()), (EventType::Warning, "RunTimedOut"));
+        assert_eq!(
+            event.note.as_deref(),
+            Some("SpecChanged run: run timed out after 3s while running task \"hang\"")
+        );
     }
 }

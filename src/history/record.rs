@@ -35,6 +35,8 @@ pub enum RunResult {
     Successful,
     /// A task failed, or the run could not run or finish.
     Failure,
+    /// The run took longer than its timeout and was stopped.
+    TimedOut,
 }
 
 /// The CR a run was for.
@@ -198,6 +200,7 @@ fn result_name(result: RunResult) -> &'static str {
     match result {
         RunResult::Successful => "Successful",
         RunResult::Failure => "Failure",
+        RunResult::TimedOut => "TimedOut",
     }
 }
 

@@ -160,6 +160,7 @@ fn record(
         message: f.describe(),
     });
     let message = match result {
+        Err(Error::TimedOut { message, .. }) => Some(message.clone()),
         Err(error) if failed_task.is_none() => Some(error_chain(error)),
         _ => None,
     };
@@ -177,7 +178,11 @@ fn record(
         executor: journal.executor.unwrap_or(Executor::Cold).as_str(),
         started,
         finished: Timestamp::now(),
-        result: if result.is_ok() { RunResult::Successful } else { RunResult::Failure },
+        result: match result {
+            Ok(_) => RunResult::Successful,
+            Err(Error::TimedOut { .. }) => RunResult::TimedOut,
+            Err(_) => RunResult::Failure,
+        },
         stats: outcome.and_then(|o| o.stats.clone()),
         failed_task,
         message,

@@ -40,6 +40,9 @@ const FINALIZER_REQUEUE: Duration = Duration::from_secs(5);
 /// Reason of the `Failure` condition when the precheck fails.
 const PRECHECK_FAILED: &str = "PrecheckFailed";
 
+/// Reason of the `Failure` condition when a run took longer than its timeout.
+const RUN_TIMED_OUT: &str = "RunTimedOut";
+
 /// Upstream's status message when the run could not start.
 const UNABLE_TO_RUN: &str = "Unable to run reconciliation";
 
@@ -48,6 +51,8 @@ const UNABLE_TO_RUN: &str = "Unable to run reconciliation";
 pub struct Settings {
     /// `--reconcile-period`.
     pub reconcile_period: Duration,
+    /// `--ansible-run-timeout` (zero: no limit; a watch's `runTimeout` wins).
+    pub run_timeout: Duration,
     /// Runner settings (program, logging).
     pub runner: runner::Settings,
     /// Where the per-CR data directories live.
@@ -159,6 +164,14 @@ pub enum Error {
     PrecheckFailed {
         /// namespace/name.
         key: String,
+    },
+    /// The run took longer than its timeout and was stopped.
+    #[error("{key}: {message}")]
+    TimedOut {
+        /// namespace/name.
+        key: String,
+        /// The timeout and the task that was running.
+        message: String,
     },
     /// A task failed.
     #[error("event runner on failed for {key}")]
@@ -302,6 +315,9 @@ async fn reconcile_inner(
         Err(source) => return Err(unable_to_run(&target, source).await),
     };
     let report = journal.report.insert(report);
+    if let Some(timed_out) = &report.timed_out {
+        return Err(timed_out_failure(&target, timed_out).await);
+    }
     let outcome = &report.outcome;
     let Some(stats) = outcome.stats.clone() else {
         let output = report.error_text();
@@ -413,6 +429,7 @@ fn run_spec(
         role_skip_facts: settings.role_skip_facts,
         ssh: remote.map(|r| r.ssh.clone()),
         executor: watch.extensions.executor,
+        timeout: watch.extensions.run_timeout(settings.run_timeout),
     }
 }
 
@@ -502,6 +519,9 @@ async fn run_precheck(
         return Ok(());
     }
     journal.report = Some(report.clone());
+    if let Some(timed_out) = &report.timed_out {
+        return Err(timed_out_failure(target, timed_out).await);
+    }
     if ctx.watch.manage_status {
         let failed = Transition::Failed {
             reason: PRECHECK_FAILED.into(),
@@ -512,6 +532,17 @@ async fn run_precheck(
         status::write_with_hosts(target.api, target.name, &failed, target.generation, hosts.as_ref()).await?;
     }
     Err(Error::PrecheckFailed { key: target.key.into() })
+}
+
+/// Records that a run was stopped at its timeout (`Failure` with reason `RunTimedOut`) and returns
+/// the error, so the CR is retried with backoff and a finalizer stays until a run succeeds.
+async fn timed_out_failure(target: &StatusTarget<'_>, timed_out: &runner::TimedOut) -> Error {
+    let message = timed_out.message();
+    let failed = Transition::Failed { reason: RUN_TIMED_OUT.into(), message: message.clone(), stats: None };
+    if let Err(error) = status::write(target.api, target.name, &failed, target.generation).await {
+        return error.into();
+    }
+    Error::TimedOut { key: target.key.into(), message }
 }
 
 /// Records that ansible-runner could not run (upstream's message) and returns the error.

@@ -37,6 +37,8 @@ pub struct RunSpec {
     pub ssh: Option<Ssh>,
     /// The watch's `executor`; `None` runs on `--ansible-executor`.
     pub executor: Option<crate::executor::Executor>,
+    /// Longest the run may take before its process tree is ended; `None`: no limit.
+    pub timeout: Option<std::time::Duration>,
 }
 
 /// The runner's inventory.
@@ -193,6 +195,7 @@ mod tests {
             role_skip_facts: true,
             ssh: None,
             executor: None,
+            timeout: None,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod ssh;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
@@ -19,6 +20,7 @@ pub use input_dir::{Inventory, RunSpec};
 
 use crate::cli::LogEvents;
 use crate::executor::{self, Launch, Launcher};
+use crate::go_duration;
 use crate::history::live::Registration;
 use crate::outcome::Outcome;
 use active::ActiveRuns;
@@ -64,6 +66,28 @@ pub struct Report {
     pub exit: executor::Exit,
     /// The executor that ran it.
     pub executor: executor::Executor,
+    /// Set when the run was stopped for taking longer than its timeout.
+    pub timed_out: Option<TimedOut>,
+}
+
+/// A run that was stopped because it took longer than its timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedOut {
+    /// The timeout it ran into.
+    pub after: Duration,
+    /// The task that was running (the last one that started), when one had.
+    pub task: Option<String>,
+}
+
+impl TimedOut {
+    /// What the CR's `Failure` condition says: the timeout, and the task that was running.
+    pub fn message(&self) -> String {
+        let after = go_duration::format(self.after);
+        match &self.task {
+            Some(task) => format!("run timed out after {after} while running task {task:?}"),
+            None => format!("run timed out after {after} before any task started"),
+        }
+    }
 }
 
 impl Report {
@@ -134,6 +158,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
     let mut logger = log_events::Logger::new(settings);
     let mut stderr_lines = VecDeque::new();
     let mut transcript = settings.debug_logs.then(String::new);
+    let mut timed_out = false;
     let (_, _, status) = tokio::join!(
         read_lines(stdout, |line| {
             let line = Line::parse(&line);
@@ -157,7 +182,22 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         }),
         read_lines(stderr, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
         async {
-            let exit = started.wait().await;
+            let exit = match spec.timeout {
+                None => started.wait().await,
+                Some(limit) => {
+                    let within = tokio::time::timeout(limit, started.wait()).await;
+                    match within {
+                        Ok(exit) => exit,
+                        Err(_) => {
+                            timed_out = true;
+                            let timeout = go_duration::format(limit);
+                            tracing::warn!(%timeout, "run timed out: ending its process tree");
+                            tree.terminate(process::TERMINATION_GRACE).await;
+                            started.wait().await
+                        }
+                    }
+                }
+            };
             if exit.is_err() {
                 // Nobody will report this run's end (its worker is gone): end it, so its output ends.
                 tree.kill();
@@ -183,7 +223,12 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
     let output: Vec<String> = output.into_iter().filter(|line| !line.is_empty()).collect();
     let skip = output.len().saturating_sub(OUTPUT_TAIL);
     let executor = started.executor;
-    Ok(Report { outcome, output: output.into_iter().skip(skip).collect(), exit, executor })
+    let timed_out = timed_out.then(|| TimedOut {
+        after: spec.timeout.unwrap_or_default(),
+        task: outcome.last_task_started.clone(),
+    });
+    let output = output.into_iter().skip(skip).collect();
+    Ok(Report { outcome, output, exit, executor, timed_out })
 }
 
 /// Runs `f` when dropped (whether the run ends or is cancelled).
@@ -241,7 +286,15 @@ pub fn strip_ansi(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::strip_ansi;
+    use super::*;
+
+    #[test]
+    fn a_timeout_message_names_the_timeout_and_the_running_task() {
+        let during = TimedOut { after: Duration::from_secs(90), task: Some("wait for db".into()) };
+        assert_eq!(during.message(), "run timed out after 1m30s while running task \"wait for db\"");
+        let before = TimedOut { after: Duration::from_secs(3), task: None };
+        assert_eq!(before.message(), "run timed out after 3s before any task started");
+    }
 
     #[test]
     fn escape_sequences_and_carriage_returns_are_removed() {

@@ -9,6 +9,10 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+/// How long a process tree gets between SIGTERM and SIGKILL when it is ended (a run that timed
+/// out, or one still in flight when the graceful shutdown has run out).
+pub const TERMINATION_GRACE: Duration = Duration::from_secs(5);
+
 /// A running process tree. Dropping it kills every process still in the tree.
 #[derive(Debug)]
 pub struct ProcessTree {
