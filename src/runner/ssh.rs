@@ -3,9 +3,10 @@
 //! multiplexed within a run only: each run has its own control socket directory, and its master
 //! connections are closed when it ends, so no run reuses another's authentication.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use super::input_dir::remove_if_present;
@@ -117,32 +118,94 @@ impl Ssh {
 
 /// After a run: closes its master connections, removes its control directory and the key.
 pub async fn finish(dir: &Path, ident: &str) {
-    let control = control_dir(ident);
-    if let Ok(entries) = std::fs::read_dir(&control) {
-        for socket in entries.flatten() {
-            let stopped = tokio::process::Command::new("ssh")
-                .args(["-O", "exit", "-o"])
-                .arg(format!("ControlPath={}", socket.path().display()))
-                .arg("ansible-operator-run")
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .await;
-            if let Err(error) = stopped {
-                tracing::debug!(%error, "could not stop an ssh master connection");
-            }
+    for args in exit_commands(&control_dir(ident)) {
+        let stopped = tokio::process::Command::new("ssh")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .await;
+        if let Err(error) = stopped {
+            tracing::debug!(%error, "could not stop an ssh master connection");
         }
     }
     forget(dir, ident);
 }
 
-/// Removes the key and the control directory (also when a run is cancelled).
+/// The arguments of `ssh` that ask each master connection listening in `control` to exit: one
+/// command per control socket (other files there are not masters).
+pub fn exit_commands(control: &Path) -> Vec<Vec<OsString>> {
+    let Ok(entries) = std::fs::read_dir(control) else {
+        return Vec::new();
+    };
+    let mut sockets: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_socket()))
+        .map(|entry| entry.path())
+        .collect();
+    sockets.sort();
+    sockets
+        .into_iter()
+        .map(|socket| {
+            let mut control_path = OsString::from("ControlPath=");
+            control_path.push(socket);
+            vec!["-O".into(), "exit".into(), "-o".into(), control_path, "ansible-operator-run".into()]
+        })
+        .collect()
+}
+
+/// Ends the run's master connections that are still up (a cancelled or timed-out run never got
+/// to `ssh -O exit`, and a master detaches from the run's process tree), then removes the key and
+/// the control directory. Also called when a run is cancelled, so it does not wait.
 pub fn forget(dir: &Path, ident: &str) {
+    let control = control_dir(ident);
+    if control.exists() {
+        let ended = end_masters(&control);
+        if !ended.is_empty() {
+            tracing::info!(masters = ?ended, "ended the run's ssh master connections");
+        }
+    }
     if let Err(error) = remove_if_present(&key_path(dir)) {
         tracing::error!(%error, path = %key_path(dir).display(), "could not remove the run's ssh key");
     }
-    let _ = std::fs::remove_dir_all(control_dir(ident));
+    let _ = std::fs::remove_dir_all(control);
+}
+
+/// SIGTERM (on which a master removes its socket and closes its connection) to every ssh process
+/// serving a control socket in `control`; returns their pids.
+fn end_masters(control: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let masters: Vec<u32> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            is_master_of(&cmdline, control).then_some(pid)
+        })
+        .collect();
+    for pid in &masters {
+        if let Ok(pid) = i32::try_from(*pid) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+    masters
+}
+
+/// Whether `/proc/<pid>/cmdline` is an ssh process using a control socket in `control`: a master
+/// renames itself `ssh: <control path> [mux]`, a client still has `-o ControlPath=<control path>`.
+fn is_master_of(cmdline: &[u8], control: &Path) -> bool {
+    let program = cmdline.split(|byte| *byte == 0 || *byte == b' ').next().unwrap_or_default();
+    let name = program.rsplit(|byte| *byte == b'/').next().unwrap_or_default();
+    if name != b"ssh" && name != b"ssh:" {
+        return false;
+    }
+    let mut needle = control.as_os_str().as_encoded_bytes().to_vec();
+    needle.push(b'/');
+    cmdline.windows(needle.len()).any(|window| window == needle)
 }
 
 fn write_private(path: &Path, text: &str) -> io::Result<()> {
@@ -209,6 +272,73 @@ mod tests {
         assert!(!key_path(&dir).exists());
         assert!(!control_dir("test-ident").exists());
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn exit_is_asked_of_each_control_socket_and_nothing_else() {
+        let control = control_dir("exit-commands-test");
+        std::fs::create_dir_all(&control).unwrap();
+        let _first = std::os::unix::net::UnixListener::bind(control.join("b1")).unwrap();
+        let _second = std::os::unix::net::UnixListener::bind(control.join("a2")).unwrap();
+        std::fs::write(control.join("notes.txt"), "not a socket").unwrap();
+        let commands = exit_commands(&control);
+        std::fs::remove_dir_all(&control).unwrap();
+        let shown: Vec<String> = commands
+            .iter()
+            .map(|args| args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "))
+            .collect();
+        let at = control.display();
+        assert_eq!(
+            shown,
+            [
+                format!("-O exit -o ControlPath={at}/a2 ansible-operator-run"),
+                format!("-O exit -o ControlPath={at}/b1 ansible-operator-run"),
+            ]
+        );
+        assert!(exit_commands(&control).is_empty(), "no control directory, nothing to close");
+    }
+
+    #[test]
+    fn masters_are_recognised_by_their_control_path() {
+        let control = Path::new("/tmp/ao-ssh-77");
+        assert!(is_master_of(b"ssh: /tmp/ao-ssh-77/0f3a9c [mux]\0\0\0", control), "a detached master");
+        let client =
+            b"/usr/bin/ssh\0-C\0-o\0ControlMaster=auto\0-o\0ControlPath=/tmp/ao-ssh-77/0f3a9c\0host\0";
+        assert!(is_master_of(client, control), "a master that has not renamed itself");
+        assert!(!is_master_of(b"ssh: /tmp/ao-ssh-778/0f3a9c [mux]\0", control), "another run's directory");
+        assert!(!is_master_of(b"ssh: /tmp/ao-ssh-7/0f3a9c [mux]\0", control), "another run's directory");
+        assert!(!is_master_of(b"rm\0-rf\0/tmp/ao-ssh-77/0f3a9c\0", control), "not ssh");
+        assert!(!is_master_of(b"", control));
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_run_ends_its_detached_master() {
+        // A stand-in for a detached master: named as ssh renames one, in its own session, so it is
+        // no descendant of the run, just as a ControlPersist master is not.
+        let ident = format!("forget-test-{}", std::process::id());
+        let control = control_dir(&ident);
+        std::fs::create_dir_all(&control).unwrap();
+        let title = format!("ssh: {}/0f3a9c [mux]", control.display());
+        let mut master = tokio::process::Command::new("bash")
+            .args(["-c", &format!("exec -a '{title}' sleep 300")])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = master.id().unwrap();
+        for _ in 0..100 {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.starts_with(b"ssh: ") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let dir = std::env::temp_dir().join(&ident);
+        forget(&dir, &ident);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(5), master.wait()).await;
+        let status = ended.expect("the master ended").unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(15), "ended by SIGTERM");
+        assert!(!control.exists());
     }
 
     #[test]
