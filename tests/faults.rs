@@ -1,0 +1,189 @@
+//! The fault suite: what a user sees when a run goes wrong in ways Ansible does not report itself.
+//! A run that hangs past its timeout (`runTimeout`, `--ansible-run-timeout`) is ended with its
+//! whole process tree, the CR gets `Failure` with reason `RunTimedOut` naming the timeout and the
+//! task, the run history says `TimedOut`, and the CR is retried; a timed-out finalizer stays.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use serde_json::{Value, json};
+use support::operator::{OperatorConfig, scratch_dir};
+
+const GROUP: &str = "faults.test.example.com";
+const KIND: &str = "Hung";
+const FINALIZER: &str = "faults.test.example.com/cleanup";
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A watch of `hang.yml` whose runs record their sleep's pid in `markers`, with `extra` lines.
+fn watch(markers: &Path, extra: &str) -> String {
+    format!(
+        "{}  vars:\n    marker_dir: {}\n{extra}",
+        support::playbook_watch(GROUP, KIND, "hang.yml"),
+        markers.display()
+    )
+}
+
+/// The pids of the hung sleeps so far, one per run that reached the hanging task.
+fn sleeps(markers: &Path, name: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(markers.join(format!("{name}.pids"))).unwrap_or_default();
+    text.lines().filter_map(|line| line.trim().parse().ok()).collect()
+}
+
+/// Waits until `count` runs have reached the hanging task; returns their sleeps' pids.
+async fn wait_for_sleeps(markers: &Path, name: &str, count: usize) -> Vec<u32> {
+    support::wait_for(&format!("{count} runs of {name} to hang"), WAIT, || async {
+        let pids = sleeps(markers, name);
+        Ok(if pids.len() >= count { Ok(pids) } else { Err(format!("pids {pids:?}")) })
+    })
+    .await
+}
+
+/// Waits for a `Failure` condition with reason `RunTimedOut`; returns the CR.
+async fn wait_for_timeout(api: &Api<DynamicObject>, name: &str) -> DynamicObject {
+    support::wait_for(&format!("{name} to fail with RunTimedOut"), WAIT, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let timed_out = support::condition(&object, "Failure")
+            .is_some_and(|c| c["status"] == "True" && c["reason"] == "RunTimedOut");
+        Ok(if timed_out { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
+    })
+    .await
+}
+
+fn failure_message(object: &DynamicObject) -> String {
+    let failure = support::condition(object, "Failure").cloned().unwrap_or_default();
+    failure["message"].as_str().unwrap_or_default().to_string()
+}
+
+fn markers(namespace: &str) -> PathBuf {
+    scratch_dir(&format!("{namespace}-markers"))
+}
+
+/// `/proc/<pid>/stat` fields after the command name: state is `[0]`, the parent `[1]`.
+fn stat(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace().map(str::to_string).collect())
+}
+
+/// Alive and not a zombie waiting for its reaper.
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|fields| fields[0] != "Z")
+}
+
+/// The run's processes as seen from its hung sleep: the sleep and each ancestor up to the run's
+/// root, the process named `ansible-runner` (a cold run's child of the operator, or a warm run's
+/// fork of the worker, which renames itself so). Panics when the chain reaches no such root.
+fn run_processes(sleep: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut pid = sleep;
+    while let Some(fields) = stat(pid) {
+        found.push(pid);
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if name.trim_end() == "ansible-runner" {
+            return found;
+        }
+        pid = fields[1].parse().unwrap_or(1);
+    }
+    panic!("no ansible-runner above the hung sleep {sleep}: {found:?}");
+}
+
+fn runs_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
+    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"))
+}
+
+#[tokio::test]
+async fn a_hung_run_times_out_with_its_task_named_leaves_nothing_running_and_is_retried() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-hung").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    support::install_run_records_crd(&client).await;
+    let markers = markers(&ns.name);
+    let watches = watch(&markers, "  runTimeout: 10s\n");
+    let operator = OperatorConfig::new(&watches, &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    let cr = support::create_cr(&api, GROUP, KIND, "stuck", json!({})).await;
+    let first = wait_for_sleeps(&markers, "stuck", 1).await[0];
+    let processes = run_processes(first);
+    assert!(processes.len() >= 3, "the sleep, Ansible and ansible-runner: {processes:?}");
+    assert!(!processes.contains(&operator.pid()));
+
+    let failed = wait_for_timeout(&api, "stuck").await;
+    assert_eq!(failure_message(&failed), "run timed out after 10s while running task \"hang forever\"");
+    support::wait_for("the timed-out run's processes to end", Duration::from_secs(10), || async {
+        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
+        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
+    })
+    .await;
+
+    let retried = wait_for_sleeps(&markers, "stuck", 2).await;
+    assert_ne!(retried[1], first, "a new run reached the task again");
+
+    let runs = runs_api(&client, &ns.name);
+    let uid = cr.uid().unwrap();
+    let record = support::wait_for("a TimedOut run record", WAIT, || async {
+        let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
+        let records = runs.list(&params).await.map_err(|e| e.to_string())?.items;
+        let results: Vec<Value> = records.iter().map(|r| r.data["spec"]["result"].clone()).collect();
+        Ok(records.into_iter().find(|r| r.data["spec"]["result"] == "TimedOut").ok_or(format!("{results:?}")))
+    })
+    .await;
+    assert_eq!(record.data["spec"]["message"], "run timed out after 10s while running task \"hang forever\"");
+    assert_eq!(record.labels().get("ansible-operator.dev/result").map(String::as_str), Some("TimedOut"));
+}
+
+#[tokio::test]
+async fn a_timed_out_finalizer_keeps_the_finalizer_and_is_retried() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-finalizer").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let markers = markers(&ns.name);
+    let finalizer = format!(
+        "    hang: false\n  runTimeout: 10s\n  finalizer:\n    name: {FINALIZER}\n    vars:\n      hang: true\n"
+    );
+    let watches = watch(&markers, &finalizer);
+    let operator = OperatorConfig::new(&watches, &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    support::create_cr(&api, GROUP, KIND, "undying", json!({})).await;
+    let done = support::wait_for_condition(&api, "undying", "Successful", "True", WAIT).await;
+    assert_eq!(done.finalizers(), [FINALIZER], "added on the first reconcile");
+    assert!(sleeps(&markers, "undying").is_empty(), "the main run does not hang");
+
+    api.delete("undying", &DeleteParams::default()).await.unwrap();
+    let failed = wait_for_timeout(&api, "undying").await;
+    assert_eq!(failure_message(&failed), "run timed out after 10s while running task \"hang forever\"");
+    assert!(failed.metadata.deletion_timestamp.is_some());
+    assert_eq!(failed.finalizers(), [FINALIZER], "kept after a timed-out finalizer run");
+
+    wait_for_sleeps(&markers, "undying", 2).await;
+    let still = api.get("undying").await.expect("still terminating while the finalizer is retried");
+    assert_eq!(still.finalizers(), [FINALIZER]);
+
+    drop(operator);
+    let release = json!({"metadata": {"finalizers": null}});
+    api.patch("undying", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    support::wait_for_absent(&api, "undying", WAIT).await;
+}
+
+#[tokio::test]
+async fn the_run_timeout_flag_applies_to_watches_without_their_own() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-flag").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let markers = markers(&ns.name);
+    let watches = watch(&markers, "");
+    let _operator = OperatorConfig::new(&watches, &ns.name).arg("--ansible-run-timeout=8s").start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    support::create_cr(&api, GROUP, KIND, "flagged", json!({})).await;
+    let failed = wait_for_timeout(&api, "flagged").await;
+    assert_eq!(failure_message(&failed), "run timed out after 8s while running task \"hang forever\"");
+    assert_eq!(sleeps(&markers, "flagged").len(), 1, "one run reached the task before the timeout");
+}
