@@ -279,3 +279,68 @@ async fn a_missing_secret_a_wrong_secret_and_a_bad_inventory_say_which() {
     support::wait_for_condition(&api, "later", "Successful", "True", WAIT).await;
     assert!(marker(&all[0], ns, "later").exists());
 }
+
+/// Processes of SSH whose command line names a control socket of run `ident` (a master renames
+/// itself `ssh: <control path> [mux]`; a client carries `ControlPath=<control path>`).
+fn ssh_processes_of_run(ident: &str) -> Vec<u32> {
+    let control = format!("{}/", std::env::temp_dir().join(format!("ao-ssh-{ident}")).display());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmdline =
+                String::from_utf8_lossy(&std::fs::read(entry.path().join("cmdline")).ok()?).into_owned();
+            let program = cmdline.split(['\0', ' ']).next().unwrap_or_default();
+            let is_ssh = program.rsplit('/').next().is_some_and(|name| name.starts_with("ssh"));
+            (is_ssh && cmdline.contains(&control)).then_some(pid)
+        })
+        .collect()
+}
+
+/// The CR's first run: its oldest artifact directory.
+fn first_run(runner: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(runner.join("artifacts")).ok()?;
+    let mut runs: Vec<(std::time::SystemTime, String)> = entries
+        .flatten()
+        .filter(|entry| entry.file_name() != "latest")
+        .filter_map(|entry| {
+            Some((entry.metadata().ok()?.modified().ok()?, entry.file_name().into_string().ok()?))
+        })
+        .collect();
+    runs.sort();
+    runs.into_iter().next().map(|(_, ident)| ident)
+}
+
+#[tokio::test]
+async fn a_timed_out_ssh_run_closes_its_master_connections_at_once() {
+    let watches = format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: Hanger\n  playbook: {{fixtures}}/playbooks/ssh_hang.yml\n  runTimeout: 20s\n{INVENTORY}"
+    );
+    let setup = setup("ssh-timeout", &["Hanger"], &watches).await;
+    let (ns, all) = (&setup.ns.name, hosts::hosts());
+    hosts::create_ssh_secret(&setup.client, ns, "keys", &hosts::client_key(), Some(&hosts::known_hosts()))
+        .await;
+    let api = support::cr_api(&setup.client, GROUP, "Hanger", ns);
+    let runner = setup.operator.runner_dir(GROUP, "Hanger", ns, "stuck");
+
+    support::create_cr(&api, GROUP, "Hanger", "stuck", spec(&[&all[0], &all[1]], "keys")).await;
+    let ident = support::wait_for("the first run to start", WAIT, || async {
+        Ok(first_run(&runner).ok_or_else(|| "no run yet".to_string()))
+    })
+    .await;
+    let masters = support::wait_for("the run's ssh connections to be up", WAIT, || async {
+        let found = ssh_processes_of_run(&ident);
+        Ok(if found.is_empty() { Err("no ssh process yet".into()) } else { Ok(found) })
+    })
+    .await;
+
+    let (_, message) = wait_for_failure(&api, "stuck", "RunTimedOut").await;
+    assert_eq!(message, "run timed out after 20s while running task \"hang on the host\"");
+    support::wait_for("the timed-out run's ssh processes to end", Duration::from_secs(5), || async {
+        let left = ssh_processes_of_run(&ident);
+        Ok(if left.is_empty() { Ok(()) } else { Err(format!("{left:?} left of {masters:?}")) })
+    })
+    .await;
+    assert!(!std::env::temp_dir().join(format!("ao-ssh-{ident}")).exists(), "control directory removed");
+}
