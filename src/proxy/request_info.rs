@@ -121,3 +121,82 @@ mod tests {
         assert_eq!(RequestInfo::parse("/api/v1"), None);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::proptest_support::{config, text};
+
+    /// A path segment as clients write names, namespaces, groups and resources.
+    fn segment() -> impl Strategy<Value = String> {
+        "[a-z0-9][a-z0-9.-]{0,12}".prop_filter("not a word the parser treats specially", |s| {
+            !["namespaces", "api", "apis"].contains(&s.as_str())
+        })
+    }
+
+    /// A resource request and the path a client sends for it.
+    fn request() -> impl Strategy<Value = RequestInfo> {
+        (
+            prop_oneof![Just(String::new()), segment()],
+            segment(),
+            proptest::option::of(segment()),
+            segment(),
+            proptest::option::of((segment(), proptest::option::of(segment()))),
+        )
+            .prop_map(|(group, version, namespace, resource, named)| RequestInfo {
+                group,
+                version,
+                namespace,
+                resource,
+                name: named.as_ref().map(|(name, _)| name.clone()),
+                subresource: named.and_then(|(_, sub)| sub),
+            })
+    }
+
+    fn path(info: &RequestInfo) -> String {
+        let mut parts = vec![];
+        match info.group.as_str() {
+            "" => parts.push("api".to_string()),
+            group => parts.extend(["apis".to_string(), group.to_string()]),
+        }
+        parts.push(info.version.clone());
+        if let Some(namespace) = &info.namespace {
+            parts.extend(["namespaces".to_string(), namespace.clone()]);
+        }
+        parts.push(info.resource.clone());
+        parts.extend(info.name.iter().chain(&info.subresource).cloned());
+        format!("/{}", parts.join("/"))
+    }
+
+    proptest! {
+        #![proptest_config(config(1024))]
+
+        #[test]
+        fn any_path_parses_to_segments_of_the_path_or_none(raw in prop_oneof![
+            text(),
+            proptest::collection::vec(prop_oneof![text(), segment(), Just("namespaces".to_string()), Just("api".to_string()), Just("apis".to_string()), Just(String::new())], 0..8)
+                .prop_map(|parts| format!("/{}", parts.join("/"))),
+        ]) {
+            let segments: Vec<&str> = raw.split('/').collect();
+            if let Some(info) = RequestInfo::parse(&raw) {
+                prop_assert!(!info.version.is_empty() && !info.resource.is_empty(), "{info:?}");
+                let fields = [Some(&info.version), Some(&info.resource), info.namespace.as_ref(), info.name.as_ref(), info.subresource.as_ref()];
+                for field in fields.into_iter().flatten() {
+                    prop_assert!(segments.contains(&field.as_str()), "{field:?} is not a segment of {raw:?}");
+                }
+                prop_assert!(info.group.is_empty() || segments.contains(&info.group.as_str()));
+            }
+        }
+
+        #[test]
+        fn request_paths_reconstruct(info in request(), trailing_slash in any::<bool>()) {
+            let mut path = path(&info);
+            if trailing_slash {
+                path.push('/');
+            }
+            prop_assert_eq!(RequestInfo::parse(&path), Some(info));
+        }
+    }
+}
