@@ -167,7 +167,7 @@ mod fuzz {
     }
 
     proptest! {
-        #![proptest_config(config(256))]
+        #![proptest_config(config(96))]
 
         #[test]
         fn any_event_stream_is_logged_and_folded_without_panicking(

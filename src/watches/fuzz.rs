@@ -266,7 +266,7 @@ const TYPED_FIELDS: [&str; 18] = [
 #[test]
 fn arbitrary_text_loads_or_fails_naming_the_file() {
     let (_dir, env) = project();
-    let mut runner = TestRunner::new(config(96));
+    let mut runner = TestRunner::new(config(1024));
     let inputs = prop_oneof![text(), "(- |  |[a-zA-Z:{}\\[\\], \"'$]{0,12}\n){0,8}"];
     runner
         .run(&inputs, |text| {
@@ -282,7 +282,7 @@ fn arbitrary_text_loads_or_fails_naming_the_file() {
 #[test]
 fn structured_documents_load_or_fail_naming_the_entry_field_and_value() {
     let (_dir, env) = project();
-    let mut runner = TestRunner::new(config(96));
+    let mut runner = TestRunner::new(config(256));
     let documents = (proptest::collection::vec(any_entry(), 0..4), any::<bool>());
     runner
         .run(&documents, |(entries, block)| {
@@ -304,9 +304,15 @@ fn structured_documents_load_or_fail_naming_the_entry_field_and_value() {
                         );
                     }
                 }
+                Err(error @ (Error::Yaml { .. } | Error::NotAList { .. } | Error::Read { .. })) => {
+                    prop_assert!(error.to_string().starts_with("watches.yaml: "), "{error}");
+                }
                 Err(error) => {
+                    // Every other error is about one entry and says which.
                     let message = error.to_string();
-                    prop_assert!(message.starts_with("watches.yaml"), "{message}");
+                    let named =
+                        (1..=entries.len()).any(|n| message.starts_with(&format!("watches.yaml: entry {n}")));
+                    prop_assert!(named, "{message}");
                 }
             }
             Ok(())
