@@ -18,6 +18,8 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod outcome;
+#[cfg(test)]
+mod proptest_support;
 pub mod proxy;
 pub mod reconcile;
 pub mod remote;

@@ -98,3 +98,98 @@ fn log_task(event: &JobEvent, task: &str) {
         _ => {}
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::proptest_support::{config, json, text};
+
+    const EVENTS: [&str; 8] = [
+        "playbook_on_stats",
+        "playbook_on_task_start",
+        "runner_on_ok",
+        "runner_on_failed",
+        "runner_on_unreachable",
+        "runner_on_skipped",
+        "verbose",
+        "",
+    ];
+
+    /// Events with the fields the operator reads, each holding a plausible or an arbitrary value.
+    fn event() -> impl Strategy<Value = JobEvent> {
+        let field = || prop_oneof![2 => text().prop_map(Value::from), 1 => json()];
+        let res = prop_oneof![
+            Just(json!({"msg": "boom"})),
+            text().prop_map(|msg| json!({"msg": msg, "_ansible_no_log": false})),
+            json(),
+        ];
+        let counters = proptest::collection::btree_map(
+            "[a-z]{1,4}",
+            prop_oneof![any::<u32>().prop_map(Value::from), json()],
+            0..3,
+        )
+        .prop_map(|map| Value::Object(map.into_iter().collect()));
+        (
+            proptest::sample::select(&EVENTS[..]),
+            (field(), field(), field(), res),
+            proptest::collection::vec(counters, 5),
+            any::<bool>(),
+            text(),
+        )
+            .prop_map(|(name, (task, host, action, res), counters, ignore, stdout)| {
+                let mut data = Map::new();
+                data.insert("task".into(), task);
+                data.insert("host".into(), host);
+                data.insert("task_action".into(), action);
+                data.insert("res".into(), res);
+                data.insert("ignore_errors".into(), Value::Bool(ignore));
+                for (key, value) in ["ok", "changed", "failures", "dark", "skipped"].iter().zip(counters) {
+                    data.insert((*key).into(), value);
+                }
+                JobEvent {
+                    event: name.to_string(),
+                    event_data: data,
+                    stdout,
+                    created: String::new(),
+                    uuid: None,
+                }
+            })
+    }
+
+    fn mode() -> impl Strategy<Value = (LogEvents, bool)> {
+        (
+            prop_oneof![Just(LogEvents::Nothing), Just(LogEvents::Tasks), Just(LogEvents::Everything)],
+            any::<bool>(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(config(96))]
+
+        #[test]
+        fn any_event_stream_is_logged_and_folded_without_panicking(
+            events in proptest::collection::vec(event(), 0..12),
+            (mode, raw_stdout) in mode(),
+        ) {
+            let subscriber = tracing_subscriber::fmt().with_writer(std::io::sink).finish();
+            let outcome = tracing::subscriber::with_default(subscriber, || {
+                let mut logger = Logger { mode, raw_stdout, recap: None };
+                let mut outcome = Outcome::default();
+                for event in &events {
+                    logger.log(event);
+                    outcome.observe(event);
+                }
+                logger.finish(&outcome);
+                outcome
+            });
+            let saw_stats = events.iter().any(|event| event.event == "playbook_on_stats");
+            prop_assert_eq!(outcome.stats.is_some(), saw_stats);
+            let unreachable = events.iter().filter(|event| event.event == "runner_on_unreachable").count();
+            prop_assert!(outcome.failures.iter().filter(|failure| failure.unreachable).count() == unreachable);
+            prop_assert!(!outcome.succeeded() || (saw_stats && unreachable == 0));
+        }
+    }
+}

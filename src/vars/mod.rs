@@ -300,3 +300,149 @@ mod tests {
         assert_eq!(vars[""], json!("v"));
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::proptest_support::{config, json, json_map, text};
+
+    const DELIMITERS: [&str; 3] = ["{{", "{%", "{#"];
+
+    /// A CR: arbitrary metadata and spec (sometimes not a mapping at all), plus other top-level keys.
+    fn object() -> impl Strategy<Value = Value> {
+        let metadata = prop_oneof![
+            3 => (text(), text()).prop_map(|(name, namespace)| json!({"name": name, "namespace": namespace})),
+            1 => json(),
+        ];
+        let spec = prop_oneof![3 => json_map().prop_map(Value::Object), 1 => json()];
+        (metadata, spec, json_map()).prop_map(|(metadata, spec, mut rest)| {
+            rest.insert("metadata".into(), metadata);
+            rest.insert("spec".into(), spec);
+            Value::Object(rest)
+        })
+    }
+
+    fn unsafe_strings() -> impl Strategy<Value = UnsafeStrings> {
+        prop_oneof![Just(UnsafeStrings::All), Just(UnsafeStrings::Templates), Just(UnsafeStrings::None)]
+    }
+
+    /// Strings in `value` that Ansible would template: not inside `{"__ansible_unsafe": ...}`,
+    /// and (unless `every` is set) holding a Jinja delimiter.
+    fn bare_strings(value: &Value, every: bool, found: &mut Vec<String>) {
+        match value {
+            Value::String(text) if every || DELIMITERS.iter().any(|d| text.contains(d)) => {
+                found.push(text.clone())
+            }
+            Value::Object(map) if map.len() == 1 && map.contains_key("__ansible_unsafe") => {}
+            Value::Object(map) => map.values().for_each(|item| bare_strings(item, every, found)),
+            Value::Array(items) => items.iter().for_each(|item| bare_strings(item, every, found)),
+            _ => {}
+        }
+    }
+
+    /// `value` with every `{"__ansible_unsafe": s}` replaced by `s` again.
+    fn unwrap(value: &Value) -> Value {
+        match value {
+            Value::Object(map)
+                if map.len() == 1 && map.get("__ansible_unsafe").is_some_and(Value::is_string) =>
+            {
+                map["__ansible_unsafe"].clone()
+            }
+            Value::Object(map) => Value::Object(map.iter().map(|(k, v)| (k.clone(), unwrap(v))).collect()),
+            Value::Array(items) => Value::Array(items.iter().map(unwrap).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// Whether `value` itself holds a map shaped like a wrapped string (then unwrapping is ambiguous).
+    fn holds_wrapper(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => map.contains_key("__ansible_unsafe") || map.values().any(holds_wrapper),
+            Value::Array(items) => items.iter().any(holds_wrapper),
+            _ => false,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(128))]
+
+        #[test]
+        fn the_documented_keys_are_always_there_and_templates_never_reach_ansible_bare(
+            object in object(),
+            group in "[a-z.-]{0,12}",
+            kind in "[A-Za-z]{1,10}",
+            snake_case_parameters in any::<bool>(),
+            which in unsafe_strings(),
+            watch_vars in proptest::collection::btree_map("[a-z]{1,8}", json(), 0..4),
+            finalizer_vars in proptest::option::of(proptest::collection::btree_map("[a-z]{1,8}", json(), 0..4)),
+        ) {
+            let watch_vars: Map<String, Value> = watch_vars.into_iter().collect();
+            let finalizer_vars: Option<Map<String, Value>> = finalizer_vars.map(|vars| vars.into_iter().collect());
+            let vars = extra_vars(&VarsInput {
+                object: &object,
+                group: &group,
+                kind: &kind,
+                snake_case_parameters,
+                unsafe_strings: which,
+                watch_vars: &watch_vars,
+                finalizer_vars: finalizer_vars.as_ref(),
+            });
+
+            let field = |name: &str| object["metadata"][name].as_str().unwrap_or_default().to_string();
+            prop_assert_eq!(&vars[META_KEY], &json!({"name": field("name"), "namespace": field("namespace")}));
+            let object_key = object_key(&group, &kind);
+            let spec = object["spec"].as_object().cloned().unwrap_or_default();
+            let spec_key = format!("{object_key}_spec");
+            prop_assert!(vars.contains_key(&object_key) && vars.contains_key(&spec_key));
+            for (key, value) in watch_vars.iter().chain(finalizer_vars.iter().flatten()) {
+                let last = finalizer_vars.as_ref().and_then(|vars| vars.get(key)).unwrap_or(value);
+                prop_assert_eq!(&vars[key], last);
+            }
+
+            // Everything taken from the CR: the spec keys, the object and the raw spec.
+            let from_cr: Vec<&Value> = vars
+                .iter()
+                .filter(|(key, _)| *key != META_KEY && !watch_vars.contains_key(*key)
+                    && !finalizer_vars.as_ref().is_some_and(|vars| vars.contains_key(*key)))
+                .map(|(_, value)| value)
+                .collect();
+            let mut bare = Vec::new();
+            match which {
+                UnsafeStrings::All => from_cr.iter().for_each(|value| bare_strings(value, true, &mut bare)),
+                UnsafeStrings::Templates => from_cr.iter().for_each(|value| bare_strings(value, false, &mut bare)),
+                UnsafeStrings::None => {}
+            }
+            prop_assert!(bare.is_empty(), "strings Ansible would template: {bare:?}");
+
+            if !holds_wrapper(&object) {
+                prop_assert_eq!(unwrap(&vars[&object_key]), object.clone());
+                prop_assert_eq!(unwrap(&vars[&spec_key]), Value::Object(spec.clone()));
+                if which == UnsafeStrings::None {
+                    prop_assert_eq!(&vars[&object_key], &object);
+                }
+            }
+            for (key, value) in &spec {
+                let name = if snake_case_parameters { to_snake(key) } else { key.clone() };
+                prop_assert!(vars.contains_key(&name), "spec key {key:?} is missing as {name:?}");
+                if !snake_case_parameters && !holds_wrapper(value) && ![META_KEY, &object_key, &spec_key].contains(&name.as_str())
+                    && !watch_vars.contains_key(&name) && !finalizer_vars.as_ref().is_some_and(|vars| vars.contains_key(&name))
+                {
+                    prop_assert_eq!(&unwrap(&vars[&name]), value);
+                }
+            }
+        }
+
+        #[test]
+        fn templates_mode_wraps_exactly_the_strings_with_a_delimiter(text in text()) {
+            let wrapped = wrap(&Value::String(text.clone()), UnsafeStrings::Templates);
+            if DELIMITERS.iter().any(|d| text.contains(d)) {
+                prop_assert_eq!(wrapped, json!({"__ansible_unsafe": text}));
+            } else {
+                prop_assert_eq!(wrapped, Value::String(text));
+            }
+        }
+    }
+}

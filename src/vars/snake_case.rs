@@ -358,3 +358,108 @@ mod tests {
         assert_eq!(snake_case_keys(&Value::Null), Value::Null);
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    use super::*;
+    use crate::proptest_support::{config, json, key, text};
+
+    /// Keys as CRDs write them: camelCase, acronyms (the special words too), digits, separators.
+    fn spec_key() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            "[a-z]{1,6}",
+            "[A-Z][a-z]{0,5}",
+            proptest::sample::select(&["HTTP", "URL", "IP", "IPs", "URLs", "JSON", "K8s", "_", "-", " "][..])
+                .prop_map(str::to_string),
+            "[0-9]{1,3}",
+        ];
+        proptest::collection::vec(piece, 1..6).prop_map(|pieces| pieces.concat())
+    }
+
+    /// The scalars inside a JSON value, sorted: what conversion must keep.
+    fn leaves(value: &Value) -> Vec<String> {
+        let mut found = match value {
+            Value::Object(map) => map.values().flat_map(leaves).collect(),
+            Value::Array(items) => items.iter().flat_map(leaves).collect(),
+            scalar => vec![scalar.to_string()],
+        };
+        found.sort();
+        found
+    }
+
+    /// Whether two keys of some map inside `value` convert to the same name (one is then lost).
+    fn collides(value: &Value) -> bool {
+        match value {
+            Value::Object(map) => {
+                let mut names: Vec<String> = map.keys().map(|key| to_snake(key)).collect();
+                names.sort();
+                names.dedup();
+                names.len() < map.len() || map.values().any(collides)
+            }
+            Value::Array(items) => items.iter().any(collides),
+            _ => false,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(config(256))]
+
+        #[test]
+        fn any_key_converts_to_lowercase_words_joined_by_underscores(key in prop_oneof![text(), spec_key()]) {
+            let snake = to_snake(&key);
+            prop_assert!(!snake.chars().any(|c| c.is_ascii_uppercase() || c == ' ' || c == '-'), "{key:?} -> {snake:?}");
+        }
+
+        #[test]
+        fn converting_twice_changes_nothing_more_for_keys_without_digits(
+            key in prop_oneof![text(), spec_key()].prop_map(|key| key.replace(|c: char| c.is_ascii_digit(), ""))
+        ) {
+            // With digits upstream's letter-digit regex can match again in the output
+            // (`xa12b34c5` -> `xa_12_b34c5` -> `xa_12_b_34_c5`), so upstream is not idempotent there.
+            let once = to_snake(&key);
+            prop_assert_eq!(to_snake(&once), once.clone(), "{:?}", key);
+        }
+
+        #[test]
+        fn lower_camel_case_words_are_joined_by_underscores(words in proptest::collection::vec("[a-z]{2,6}", 1..5)) {
+            let camel: String = words
+                .iter()
+                .enumerate()
+                .map(|(i, word)| if i == 0 { word.clone() } else { word[..1].to_uppercase() + &word[1..] })
+                .collect();
+            prop_assert_eq!(to_snake(&camel), words.join("_"));
+        }
+
+        #[test]
+        fn lists_and_scalars_keep_their_length_and_values(value in json()) {
+            let converted = snake_case_keys(&value);
+            match (&value, &converted) {
+                (Value::Object(_), Value::Object(_)) => {}
+                (Value::Array(before), Value::Array(after)) => prop_assert_eq!(before.len(), after.len()),
+                (before, after) => prop_assert_eq!(before, after),
+            }
+        }
+
+        #[test]
+        fn keys_that_stay_distinct_keep_their_values(map in proptest::collection::btree_map(key(), json(), 0..6)) {
+            let map: Map<String, Value> = map.into_iter().collect();
+            let converted = snake_case_map_keys(&map);
+            let mut targets: Vec<String> = map.keys().map(|key| to_snake(key)).collect();
+            targets.sort();
+            targets.dedup();
+            prop_assert_eq!(converted.len(), targets.len());
+            for (key, value) in &map {
+                let unique = map.keys().filter(|other| to_snake(other) == to_snake(key)).count() == 1;
+                if unique {
+                    prop_assert_eq!(&converted[&to_snake(key)], &snake_case_keys(value));
+                    if !collides(value) {
+                        prop_assert_eq!(leaves(&converted[&to_snake(key)]), leaves(value));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -143,3 +143,59 @@ mod tests {
         assert_eq!(run("ü$HOSTü"), "üexample.orgü");
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::proptest_support::{config, text};
+
+    const ENV: [(&str, &str); 4] =
+        [("HOST", "example.org"), ("EMPTY", ""), ("DOLLAR", "$HOST"), ("1", "one")];
+
+    fn lookup(name: &str) -> Option<&'static str> {
+        ENV.iter().find(|(key, _)| *key == name).map(|(_, value)| *value)
+    }
+
+    /// A piece of a watches file and what it expands to.
+    fn piece() -> impl Strategy<Value = (String, String)> {
+        prop_oneof![
+            "[^$]{0,8}".prop_map(|text| (text.clone(), text)),
+            proptest::sample::select(&ENV[..])
+                .prop_map(|(name, value)| (format!("${{{name}}}"), value.to_string())),
+            "[A-Z_][A-Z0-9_]{0,6}"
+                .prop_filter("unset", |name| lookup(name).is_none())
+                .prop_map(|name| (format!("${{{name}}}"), format!("${{{name}}}"))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(512))]
+
+        #[test]
+        fn any_text_expands_without_panicking(input in text()) {
+            let output = expand(&input, lookup);
+            if !input.contains('$') {
+                prop_assert_eq!(output, input);
+            }
+        }
+
+        #[test]
+        fn braced_references_expand_to_their_value_or_stay_literal(pieces in proptest::collection::vec(piece(), 0..8)) {
+            let input: String = pieces.iter().map(|(text, _)| text.as_str()).collect();
+            let want: String = pieces.iter().map(|(_, expanded)| expanded.as_str()).collect();
+            // A value is inserted once: `$HOST` inside DOLLAR's value stays as it is.
+            prop_assert_eq!(expand(&input, lookup), want);
+        }
+
+        #[test]
+        fn bare_names_end_at_the_first_character_that_cannot_be_in_a_name(
+            name in proptest::sample::select(&["HOST", "EMPTY", "MISSING"][..]),
+            after in "[^A-Za-z0-9_$]{0,4}",
+        ) {
+            let want = lookup(name).map_or(format!("${{{name}}}"), str::to_string) + &after;
+            prop_assert_eq!(expand(&format!("${name}{after}"), lookup), want);
+        }
+    }
+}

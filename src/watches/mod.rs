@@ -11,6 +11,8 @@ mod error;
 mod expand;
 mod extensions;
 mod fields;
+#[cfg(test)]
+mod fuzz;
 mod gvk;
 mod load;
 mod namespaces;
