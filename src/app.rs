@@ -87,6 +87,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         tracing::info!(namespaces = ?namespaces, "watching namespaces");
     }
+    let leftovers = runner::leftovers::end_orphans();
+    if !leftovers.is_empty() {
+        tracing::warn!(pids = ?leftovers, "ended the processes of runs an earlier operator left behind");
+    }
     let metrics = Metrics::new(VERSION, COMMIT);
     let launcher = launcher(&args, &loaded.watches, toolchain, &playbook_env, &metrics);
     let ledger = Arc::new(Ledger::default());
@@ -377,7 +381,7 @@ fn launcher(
             None
         }
         (true, Some(toolchain)) => {
-            let env = runner::RUN_ENVIRONMENT.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            let env = runner::run_environment().into_iter();
             let config = worker::Config {
                 python: toolchain.python_path,
                 env: env.chain(playbook_env.iter().cloned()).collect(),

@@ -1,7 +1,8 @@
 //! The fault suite: what a user sees when a run goes wrong in ways Ansible does not report itself.
 //! A run that hangs past its timeout (`runTimeout`, `--ansible-run-timeout`) is ended with its
 //! whole process tree, the CR gets `Failure` with reason `RunTimedOut` naming the timeout and the
-//! task, the run history says `TimedOut`, and the CR is retried; a timed-out finalizer stays.
+//! task, the run history says `TimedOut`, and the CR is retried; a timed-out finalizer stays. An
+//! operator SIGKILLed mid-run leaves its run behind only until it is restarted.
 
 mod support;
 
@@ -186,4 +187,38 @@ async fn the_run_timeout_flag_applies_to_watches_without_their_own() {
     let failed = wait_for_timeout(&api, "flagged").await;
     assert_eq!(failure_message(&failed), "run timed out after 8s while running task \"hang forever\"");
     assert_eq!(sleeps(&markers, "flagged").len(), 1, "one run reached the task before the timeout");
+}
+
+#[tokio::test]
+async fn an_operator_killed_mid_run_leaves_nothing_running_once_restarted_and_every_cr_converges() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-killed").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let markers = markers(&ns.name);
+    let watches =
+        watch(&markers, &format!("  finalizer:\n    name: {FINALIZER}\n    vars:\n      hang: false\n"));
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let mut first = OperatorConfig::new(&watches, &ns.name).start();
+
+    support::create_cr(&api, GROUP, KIND, "doomed", json!({"hang": false})).await;
+    support::wait_for_condition(&api, "doomed", "Successful", "True", WAIT).await;
+    support::create_cr(&api, GROUP, KIND, "stuck", json!({})).await;
+    let sleep = wait_for_sleeps(&markers, "stuck", 1).await[0];
+    let processes = run_processes(sleep);
+
+    first.kill();
+    // While no operator runs: one CR is deleted (its finalizer must still run), the other is fixed.
+    api.delete("doomed", &DeleteParams::default()).await.unwrap();
+    let fixed = json!({"spec": {"hang": false}});
+    api.patch("stuck", &PatchParams::default(), &Patch::Merge(&fixed)).await.unwrap();
+
+    let _second = OperatorConfig::new(&watches, &ns.name).start();
+    support::wait_for("the killed operator's run to be ended", Duration::from_secs(30), || async {
+        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
+        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
+    })
+    .await;
+    support::wait_for_condition(&api, "stuck", "Successful", "True", WAIT).await;
+    support::wait_for_absent(&api, "doomed", WAIT).await;
+    assert_eq!(sleeps(&markers, "stuck"), [sleep], "no run hung again after the fix");
 }

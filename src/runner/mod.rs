@@ -5,6 +5,7 @@ pub mod active;
 pub mod artifacts;
 pub mod event;
 pub mod input_dir;
+pub mod leftovers;
 mod log_events;
 pub mod process;
 pub mod ssh;
@@ -48,12 +49,17 @@ pub struct Settings {
 }
 
 /// Variables every run's ansible-runner gets on top of the operator's environment (the warm
-/// worker is started with them too, so Ansible reads the same settings at import).
-pub const RUN_ENVIRONMENT: [(&str, &str); 2] = [
-    ("PYTHONUNBUFFERED", "1"),
-    // Colour codes would end up in status messages and log fields.
-    ("ANSIBLE_NOCOLOR", "1"),
-];
+/// worker is started with them too, so Ansible reads the same settings at import): the constant
+/// ones, and the mark of this operator instance that lets its successor end leftover runs.
+pub fn run_environment() -> Vec<(String, String)> {
+    let constant = [
+        ("PYTHONUNBUFFERED", "1"),
+        // Colour codes would end up in status messages and log fields.
+        ("ANSIBLE_NOCOLOR", "1"),
+    ];
+    let constant = constant.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    constant.chain([(leftovers::MARKER.to_string(), leftovers::instance())]).collect()
+}
 
 /// What a finished run tells.
 #[derive(Debug, Clone, Default)]
@@ -143,7 +149,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
         .collect();
     env.extend(ssh_env);
-    env.extend(RUN_ENVIRONMENT.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env.extend(run_environment());
     let launch = Launch { id: &spec.ident, program: &settings.program, argv: spec.argv(), env };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
     let pid = started.pid;

@@ -45,14 +45,18 @@ pub(super) struct Entry {
     unknown: Vec<String>,
 }
 
+/// Every key an entry may have: upstream's and this project's.
+pub(super) fn known_keys() -> Vec<&'static str> {
+    UPSTREAM_KEYS.iter().chain(&extensions::KEYS).copied().collect()
+}
+
 /// Reads the GVK of entry `number` (counted from 1) and checks that version and kind are set.
 pub(super) fn read(file: &Path, number: usize, value: Value) -> Result<Entry, Error> {
     let mut at = EntryRef { file: file.to_path_buf(), number, gvk: None };
     let Value::Object(map) = value else {
         return Err(Error::NotAMapping { at: Box::new(at), found: describe(&value) });
     };
-    let known: Vec<&'static str> = UPSTREAM_KEYS.iter().chain(&extensions::KEYS).copied().collect();
-    let (mut fields, unknown) = Fields::split(map, &known, "");
+    let (mut fields, unknown) = Fields::split(map, &known_keys(), "");
     let gvk = read_gvk(&mut fields).map_err(|e| e.at(&at))?;
     at.gvk = Some(gvk.clone());
     if gvk.version.is_empty() {

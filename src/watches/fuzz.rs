@@ -16,34 +16,6 @@ use crate::proptest_support::{config, json, key, text};
 
 const DEFAULTS: Defaults = Defaults { max_concurrent_reconciles: 4, ansible_verbosity: 2 };
 
-/// Every key the loader knows, upstream's and ours.
-const KEYS: [&str; 24] = [
-    "group",
-    "version",
-    "kind",
-    "playbook",
-    "role",
-    "vars",
-    "maxRunnerArtifacts",
-    "reconcilePeriod",
-    "manageStatus",
-    "watchDependentResources",
-    "watchClusterScopedResources",
-    "snakeCaseParameters",
-    "watchAnnotationsChanges",
-    "markUnsafe",
-    "blacklist",
-    "finalizer",
-    "selector",
-    "inventory",
-    "sshKeySecret",
-    "hostKeyChecking",
-    "precheck",
-    "executor",
-    "runHistoryLimit",
-    "trustCRTemplates",
-];
-
 /// A project with a playbook and a role, as the loader resolves them.
 fn project() -> (TempDir, Environment) {
     let dir = TempDir::new();
@@ -69,7 +41,7 @@ fn render(document: &Value, block: bool) -> String {
 /// A known key in any ASCII case (Go's decoder matches them ignoring case), or an unknown one.
 fn any_key() -> impl Strategy<Value = String> {
     prop_oneof![
-        3 => (proptest::sample::select(&KEYS[..]), any::<u32>()).prop_map(|(key, mask)| {
+        3 => (proptest::sample::select(super::entry::known_keys()), any::<u32>()).prop_map(|(key, mask)| {
             key.chars()
                 .enumerate()
                 .map(|(i, c)| if mask & (1 << (i % 32)) != 0 { c.to_ascii_uppercase() } else { c })

@@ -1,0 +1,109 @@
+//! Runs left behind by an operator that died without ending them (SIGKILL, OOM kill, a crash).
+//! Every process of a run (cold: ansible-runner and what it starts; warm: the worker and its forks)
+//! carries [`MARKER`] in its environment, naming the operator instance that started it: its pid and
+//! that process's start time, so a reused pid is not mistaken for the old operator. At start, the
+//! operator ends every marked process whose instance is gone; runs of other live operators on the
+//! same machine are left alone.
+
+use std::path::Path;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The environment variable that names the operator instance a run's processes belong to.
+pub const MARKER: &str = "ANSIBLE_OPERATOR_INSTANCE";
+
+/// This operator's instance: `<pid>.<start time in clock ticks since boot>`.
+pub fn instance() -> String {
+    let pid = std::process::id();
+    format!("{pid}.{}", start_time(pid).unwrap_or_default())
+}
+
+/// SIGKILLs every process marked with an instance that no longer runs; returns their pids.
+pub fn end_orphans() -> Vec<u32> {
+    let proc = Path::new("/proc");
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let orphans: Vec<u32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            let environ = std::fs::read(proc.join(pid.to_string()).join("environ")).unwrap_or_default();
+            marked_instance(&environ).is_some_and(|instance| !alive(&instance))
+        })
+        .collect();
+    for pid in &orphans {
+        if let Ok(pid) = i32::try_from(*pid) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    orphans
+}
+
+/// The instance a process's `/proc/<pid>/environ` names, if it is marked.
+fn marked_instance(environ: &[u8]) -> Option<String> {
+    let prefix = format!("{MARKER}=");
+    environ
+        .split(|byte| *byte == 0)
+        .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
+        .map(|value| String::from_utf8_lossy(value).into_owned())
+}
+
+/// Whether the operator instance `pid.start` still runs.
+fn alive(instance: &str) -> bool {
+    let Some((pid, start)) = instance.split_once('.') else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    start_time(pid).is_some_and(|now| now.to_string() == start)
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in clock ticks since boot.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_marker_is_read_from_a_processes_environment() {
+        let environ = format!("PATH=/bin\0{MARKER}=12.345\0HOME=/root\0");
+        assert_eq!(marked_instance(environ.as_bytes()).as_deref(), Some("12.345"));
+        assert_eq!(marked_instance(b"PATH=/bin\0HOME=/root\0"), None);
+        assert_eq!(marked_instance(format!("X{MARKER}=1.2\0").as_bytes()), None);
+    }
+
+    #[test]
+    fn this_instance_is_alive_and_a_reused_pid_or_a_gone_one_is_not() {
+        assert!(alive(&instance()));
+        let pid = std::process::id();
+        let start = start_time(pid).unwrap();
+        assert!(!alive(&format!("{pid}.{}", start + 1)), "same pid, another start: a reused pid");
+        assert!(!alive("4194304.1"), "above the largest pid Linux gives");
+        assert!(!alive("garbage"));
+    }
+
+    #[test]
+    fn only_processes_of_a_gone_instance_are_ended() {
+        let mut orphan =
+            std::process::Command::new("sleep").arg("600").env(MARKER, "4194304.1").spawn().unwrap();
+        let mut ours =
+            std::process::Command::new("sleep").arg("600").env(MARKER, instance()).spawn().unwrap();
+        let ended = end_orphans();
+        assert!(ended.contains(&orphan.id()), "the gone instance's process is ended: {ended:?}");
+        assert!(!ended.contains(&ours.id()), "a live instance's process is left alone");
+        let status = orphan.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+        assert!(ours.try_wait().unwrap().is_none(), "still running");
+        ours.kill().unwrap();
+        ours.wait().unwrap();
+    }
+}
