@@ -8,7 +8,7 @@ use serde_json::json;
 use support::operator::OperatorConfig;
 
 const GROUP: &str = "core.test.example.com";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn created_cr_reaches_successful_with_counts_from_the_playbook() {

@@ -11,7 +11,7 @@ use serde_json::json;
 use support::operator::OperatorConfig;
 
 const GROUP: &str = "endpoints.test.example.com";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// The value of the first sample line starting with `prefix`.
 fn sample(text: &str, prefix: &str) -> Option<f64> {

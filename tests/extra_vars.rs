@@ -10,7 +10,7 @@ use support::operator::OperatorConfig;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "VarsProbe";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 const OBJECT_VAR: &str = "_core_test_example_com_varsprobe";
 const SPEC_VAR: &str = "_core_test_example_com_varsprobe_spec";
 const UNDEFINED: &str = "<undefined>";

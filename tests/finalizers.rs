@@ -14,7 +14,7 @@ use support::operator::{Operator, OperatorConfig, scratch_dir};
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "Finalized";
 const FINALIZER: &str = "core.test.example.com/cleanup";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// A watch on `owned_state.yml` with `finalizer` (YAML lines under `finalizer:`); runs leave their
 /// marker files in `markers`.

@@ -10,7 +10,7 @@ use support::operator::{OperatorConfig, fixtures};
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "ModeProbe";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 
 fn watches(target: &str) -> String {
     format!("- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  {target}\n")

@@ -18,7 +18,7 @@ use support::operator::{OperatorConfig, scratch_dir};
 
 const GROUP: &str = "ownership.test.example.com";
 const KIND: &str = "Owning";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 const PREEXISTING: [&str; 3] = ["pre-forced", "pre-ssa", "pre-applied"];
 
 fn watches(playbook: &str, extra: &str) -> String {

@@ -14,7 +14,7 @@ use support::operator::{Operator, OperatorConfig};
 
 const GROUP: &str = "proxy.test.example.com";
 const KIND: &str = "Proxied";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 
 fn watches() -> String {
     format!("- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  role: {{fixtures}}/roles/proxied\n")

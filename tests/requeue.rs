@@ -11,7 +11,7 @@ use support::operator::{OperatorConfig, scratch_dir};
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "Requeued";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 const PERIOD_ANNOTATION: &str = "ansible.sdk.operatorframework.io/reconcile-period";
 
 /// A watch on `count_runs.yml` counting into `runs_dir`, with further entry lines.

@@ -11,7 +11,7 @@ use support::operator::OperatorConfig;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "StatusFilter";
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(180);
 
 fn watches(playbook: &str, fields: &str) -> String {
     format!(
