@@ -6,6 +6,7 @@
 //! same machine are left alone.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -13,10 +14,15 @@ use nix::unistd::Pid;
 /// The environment variable that names the operator instance a run's processes belong to.
 pub const MARKER: &str = "ANSIBLE_OPERATOR_INSTANCE";
 
-/// This operator's instance: `<pid>.<start time in clock ticks since boot>`.
+/// This operator's instance: `<pid>.<start time in clock ticks since boot>` (read once).
 pub fn instance() -> String {
-    let pid = std::process::id();
-    format!("{pid}.{}", start_time(pid).unwrap_or_default())
+    static INSTANCE: OnceLock<String> = OnceLock::new();
+    INSTANCE
+        .get_or_init(|| {
+            let pid = std::process::id();
+            format!("{pid}.{}", start_time(pid).unwrap_or_default())
+        })
+        .clone()
 }
 
 /// SIGKILLs every process marked with an instance that no longer runs; returns their pids.
