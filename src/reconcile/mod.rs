@@ -248,6 +248,11 @@ async fn reconcile_inner(
 ) -> Result<Next, Error> {
     let api = api_for(ctx, object);
     let name = object.name_any();
+    // Wait for the run budget before reading the CR: everything below (the spec the run gets, the
+    // generation its status names) comes from one read made after the wait.
+    let waiting = ctx.metrics.waiting();
+    let _permit = ctx.settings.budget.acquire(priority(object)).await;
+    drop(waiting);
     let Some(mut current) = get(&api, &name, key).await? else {
         return Ok(Next::AwaitChange);
     };
@@ -284,10 +289,7 @@ async fn reconcile_inner(
             false
         }
     };
-    let generation = current.metadata.generation;
-    let waiting = ctx.metrics.waiting();
-    let _permit = ctx.settings.budget.acquire(priority(&current, finalizing)).await;
-    drop(waiting);
+    let mut generation = current.metadata.generation;
     journal.start(ctx, &current, finalizing).await;
 
     if watch.manage_status {
@@ -295,6 +297,10 @@ async fn reconcile_inner(
             Some(updated) => current = updated,
             None => return Ok(Next::AwaitChange),
         }
+        // The spec may have changed since the read above: the run gets this copy, so its status and
+        // record name this copy's generation.
+        generation = current.metadata.generation;
+        journal.generation = generation;
     }
 
     let object_json = serde_json::to_value(&current).unwrap_or(Value::Null);
@@ -360,7 +366,8 @@ async fn reconcile_inner(
 }
 
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.
-fn priority(object: &DynamicObject, finalizing: bool) -> Priority {
+fn priority(object: &DynamicObject) -> Priority {
+    let finalizing = object.metadata.deletion_timestamp.is_some();
     let converged = status::conditions_of(object).iter().any(|c| {
         c["type"] == status::conditions::SUCCESSFUL
             && c["status"] == "True"
