@@ -34,7 +34,7 @@ fn member_pid(host: &Host, namespace: &str, name: &str) -> Option<u32> {
 /// Waits (membership changes reach every member within moments) until etcd, asked on `host`'s
 /// client URL, lists exactly `expected`.
 async fn assert_members(host: &Host, client_port: u16, expected: &[&str]) {
-    support::wait_for(&format!("etcd to list members {expected:?}"), Duration::from_secs(15), || async {
+    support::wait_for(&format!("etcd to list members {expected:?}"), Duration::from_secs(60), || async {
         let names = member_names(host, client_port);
         Ok(if names == expected { Ok(()) } else { Err(format!("members {names:?}")) })
     })

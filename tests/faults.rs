@@ -222,3 +222,59 @@ async fn an_operator_killed_mid_run_leaves_nothing_running_once_restarted_and_ev
     support::wait_for_absent(&api, "doomed", WAIT).await;
     assert_eq!(sleeps(&markers, "stuck"), [sleep], "no run hung again after the fix");
 }
+
+#[tokio::test]
+async fn a_killed_ansible_playbook_is_a_failure_naming_the_signal_and_the_cr_converges_on_retry() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-sigkill").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    support::install_run_records_crd(&client).await;
+    let markers = markers(&ns.name);
+    let _operator = OperatorConfig::new(&watch(&markers, ""), &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    let cr = support::create_cr(&api, GROUP, KIND, "shot", json!({})).await;
+    let sleep = wait_for_sleeps(&markers, "shot", 1).await[0];
+    let processes = run_processes(sleep);
+    // The kernel names a process after its first 15 bytes. Ansible's task workers are forks of
+    // ansible-playbook, named alike: the playbook process is the one nearest ansible-runner.
+    let playbook = *processes
+        .iter()
+        .rev()
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end()
+                == "ansible-playboo"
+        })
+        .unwrap_or_else(|| panic!("no ansible-playbook among the run's processes {processes:?}"));
+    // The retry will not hang: only the killed run's playbook process is in the way.
+    let fixed = json!({"spec": {"hang": false}});
+    api.patch("shot", &PatchParams::default(), &Patch::Merge(&fixed)).await.unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(playbook as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+
+    let runs = runs_api(&client, &ns.name);
+    let uid = cr.uid().unwrap();
+    let record = support::wait_for("a Failure run record", WAIT, || async {
+        let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
+        let records = runs.list(&params).await.map_err(|e| e.to_string())?.items;
+        let results: Vec<Value> = records.iter().map(|r| r.data["spec"]["result"].clone()).collect();
+        Ok(records.into_iter().find(|r| r.data["spec"]["result"] == "Failure").ok_or(format!("{results:?}")))
+    })
+    .await;
+    // The warm worker sees the signal; a cold run's ansible-runner records only that there was one.
+    let by = match std::env::var("ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR").as_deref() {
+        Ok("cold") => "a signal",
+        _ => "signal 9 (SIGKILL)",
+    };
+    let expected = format!("ansible-playbook was killed by {by} while running task \"hang forever\"");
+    assert_eq!(record.data["spec"]["message"], expected.as_str());
+
+    let converged = support::wait_for_condition(&api, "shot", "Successful", "True", WAIT).await;
+    assert_eq!(support::condition(&converged, "Successful").unwrap()["observedGeneration"], 2);
+    support::wait_for("the killed run's processes to end", Duration::from_secs(30), || async {
+        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
+        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
+    })
+    .await;
+    assert_eq!(sleeps(&markers, "shot"), [sleep], "the retry ran with the fixed spec");
+}

@@ -60,12 +60,15 @@ pub struct Exit {
     pub code: Option<i32>,
     /// The signal that ended it, when one did.
     pub signal: Option<i32>,
+    /// The signal that ended its `ansible-playbook`, when the executor saw one (the warm worker
+    /// does; a cold run's ansible-runner keeps it to itself).
+    pub playbook_signal: Option<i32>,
 }
 
 impl From<std::process::ExitStatus> for Exit {
     fn from(status: std::process::ExitStatus) -> Self {
         use std::os::unix::process::ExitStatusExt;
-        Exit { code: status.code(), signal: status.signal() }
+        Exit { code: status.code(), signal: status.signal(), playbook_signal: None }
     }
 }
 

@@ -59,6 +59,13 @@ pub enum Message {
         #[serde(default)]
         reason: String,
     },
+    /// A run's playbook process ended (ansible-runner records only its exit status).
+    PlaybookEnded {
+        /// The run.
+        id: String,
+        /// The signal that ended it, when one did.
+        signal: Option<i32>,
+    },
     /// A run's process ended.
     Exited {
         /// The run.
@@ -95,6 +102,9 @@ mod tests {
         let exited: Message =
             serde_json::from_str(r#"{"type":"exited","id":"1","code":null,"signal":9}"#).unwrap();
         assert_eq!(exited, Message::Exited { id: "1".into(), code: None, signal: Some(9) });
+        let ended: Message =
+            serde_json::from_str(r#"{"type":"playbook_ended","id":"1","code":null,"signal":9}"#).unwrap();
+        assert_eq!(ended, Message::PlaybookEnded { id: "1".into(), signal: Some(9) });
         assert!(serde_json::from_str::<Message>(r#"{"type":"surprise"}"#).is_err());
     }
 

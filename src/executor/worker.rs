@@ -153,6 +153,7 @@ impl Drop for RunHandle {
 struct Pending {
     started: Option<oneshot::Sender<Result<u32, Error>>>,
     exited: Option<oneshot::Sender<Result<Exit, Error>>>,
+    playbook_signal: Option<i32>,
 }
 
 /// One started worker process.
@@ -182,8 +183,10 @@ impl Connection {
         let (stderr, stderr_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::Io(e.into()))?;
         let (started_tx, started) = oneshot::channel();
         let (exited_tx, exited) = oneshot::channel();
-        self.runs()
-            .insert(launch.id.to_string(), Pending { started: Some(started_tx), exited: Some(exited_tx) });
+        self.runs().insert(
+            launch.id.to_string(),
+            Pending { started: Some(started_tx), exited: Some(exited_tx), playbook_signal: None },
+        );
         // From here the handle takes the run out of `runs` however this ends.
         let handle = RunHandle { id: launch.id.to_string(), exited, connection: self.clone() };
         if self.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
@@ -248,9 +251,17 @@ impl Connection {
                     self.metrics.executor_fallback(fallback_reason(&reason));
                 }
             }
+            Message::PlaybookEnded { id, signal } => {
+                if let Some(pending) = self.runs().get_mut(&id) {
+                    pending.playbook_signal = signal;
+                }
+            }
             Message::Exited { id, code, signal } => {
-                if let Some(sender) = self.runs().get_mut(&id).and_then(|p| p.exited.take()) {
-                    let _ = sender.send(Ok(Exit { code, signal }));
+                if let Some(pending) = self.runs().get_mut(&id) {
+                    let playbook_signal = pending.playbook_signal;
+                    if let Some(sender) = pending.exited.take() {
+                        let _ = sender.send(Ok(Exit { code, signal, playbook_signal }));
+                    }
                 }
             }
             Message::Ready { .. } => {}

@@ -160,7 +160,7 @@ fn record(
         message: f.describe(),
     });
     let message = match result {
-        Err(Error::TimedOut { message, .. }) => Some(message.clone()),
+        Err(Error::TimedOut { message, .. } | Error::PlaybookKilled { message, .. }) => Some(message.clone()),
         Err(error) if failed_task.is_none() => Some(error_chain(error)),
         _ => None,
     };

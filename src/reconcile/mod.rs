@@ -150,6 +150,14 @@ pub enum Error {
         /// What the runner printed.
         output: String,
     },
+    /// A signal ended ansible-playbook.
+    #[error("{message} ({key})")]
+    PlaybookKilled {
+        /// namespace/name.
+        key: String,
+        /// What the CR's `Failure` condition says.
+        message: String,
+    },
     /// The host setup (inventory, SSH key Secret) failed.
     #[error("prepare the hosts of {key}")]
     Remote {
@@ -325,6 +333,11 @@ async fn reconcile_inner(
         return Err(timed_out_failure(&target, timed_out).await);
     }
     let outcome = &report.outcome;
+    if let Some(killed) = &report.killed {
+        let message = killed.message();
+        status::write(&api, &name, &Transition::failed(message.clone(), None), generation).await?;
+        return Err(Error::PlaybookKilled { key: key.into(), message });
+    }
     let Some(stats) = outcome.stats.clone() else {
         let output = report.error_text();
         let message = format!("did not receive playbook_on_stats event: {output}");

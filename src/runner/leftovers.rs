@@ -3,7 +3,9 @@
 //! carries [`MARKER`] in its environment, naming the operator instance that started it: its pid and
 //! that process's start time, so a reused pid is not mistaken for the old operator. At start, the
 //! operator ends every marked process whose instance is gone; runs of other live operators on the
-//! same machine are left alone.
+//! same machine are left alone. Each run's processes also carry [`RUN_MARKER`] with the run's ident,
+//! so what a run whose playbook was killed leaves behind (orphans the kernel handed to init) can be
+//! found and ended too.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -13,6 +15,9 @@ use nix::unistd::Pid;
 
 /// The environment variable that names the operator instance a run's processes belong to.
 pub const MARKER: &str = "ANSIBLE_OPERATOR_INSTANCE";
+
+/// The environment variable that names the run (its ident) a process belongs to.
+pub const RUN_MARKER: &str = "ANSIBLE_OPERATOR_RUN";
 
 /// This operator's instance: `<pid>.<start time in clock ticks since boot>` (read once).
 pub fn instance() -> String {
@@ -27,31 +32,41 @@ pub fn instance() -> String {
 
 /// SIGKILLs every process marked with an instance that no longer runs; returns their pids.
 pub fn end_orphans() -> Vec<u32> {
+    end_marked(MARKER, |instance| !alive(instance))
+}
+
+/// SIGKILLs every process left of the run `ident`; returns their pids.
+pub fn end_run(ident: &str) -> Vec<u32> {
+    end_marked(RUN_MARKER, |run| run == ident)
+}
+
+/// SIGKILLs every other process whose environment sets `variable` to a value `matches` accepts.
+fn end_marked(variable: &str, matches: impl Fn(&str) -> bool) -> Vec<u32> {
     let proc = Path::new("/proc");
     let me = std::process::id();
     let Ok(entries) = std::fs::read_dir(proc) else {
         return Vec::new();
     };
-    let orphans: Vec<u32> = entries
+    let ended: Vec<u32> = entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
         .filter(|pid| {
             let environ = std::fs::read(proc.join(pid.to_string()).join("environ")).unwrap_or_default();
-            marked_instance(&environ).is_some_and(|instance| !alive(&instance))
+            marked(&environ, variable).is_some_and(|value| matches(&value))
         })
         .collect();
-    for pid in &orphans {
+    for pid in &ended {
         if let Ok(pid) = i32::try_from(*pid) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
     }
-    orphans
+    ended
 }
 
-/// The instance a process's `/proc/<pid>/environ` names, if it is marked.
-fn marked_instance(environ: &[u8]) -> Option<String> {
-    let prefix = format!("{MARKER}=");
+/// The value a process's `/proc/<pid>/environ` gives `variable`, if it sets it.
+fn marked(environ: &[u8], variable: &str) -> Option<String> {
+    let prefix = format!("{variable}=");
     environ
         .split(|byte| *byte == 0)
         .find_map(|entry| entry.strip_prefix(prefix.as_bytes()))
@@ -82,9 +97,9 @@ mod tests {
     #[test]
     fn the_marker_is_read_from_a_processes_environment() {
         let environ = format!("PATH=/bin\0{MARKER}=12.345\0HOME=/root\0");
-        assert_eq!(marked_instance(environ.as_bytes()).as_deref(), Some("12.345"));
-        assert_eq!(marked_instance(b"PATH=/bin\0HOME=/root\0"), None);
-        assert_eq!(marked_instance(format!("X{MARKER}=1.2\0").as_bytes()), None);
+        assert_eq!(marked(environ.as_bytes(), MARKER).as_deref(), Some("12.345"));
+        assert_eq!(marked(b"PATH=/bin\0HOME=/root\0", MARKER), None);
+        assert_eq!(marked(format!("X{MARKER}=1.2\0").as_bytes(), MARKER), None);
     }
 
     #[test]
@@ -111,5 +126,17 @@ mod tests {
         assert!(ours.try_wait().unwrap().is_none(), "still running");
         ours.kill().unwrap();
         ours.wait().unwrap();
+    }
+
+    #[test]
+    fn only_the_named_runs_processes_are_ended() {
+        let mut left = std::process::Command::new("sleep").arg("600").env(RUN_MARKER, "41").spawn().unwrap();
+        let mut other =
+            std::process::Command::new("sleep").arg("600").env(RUN_MARKER, "411").spawn().unwrap();
+        assert_eq!(end_run("41"), [left.id()]);
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&left.wait().unwrap()), Some(9));
+        assert!(other.try_wait().unwrap().is_none(), "another run's process is left alone");
+        other.kill().unwrap();
+        other.wait().unwrap();
     }
 }

@@ -11,7 +11,7 @@ pub mod process;
 pub mod ssh;
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,6 +74,8 @@ pub struct Report {
     pub executor: executor::Executor,
     /// Set when the run was stopped for taking longer than its timeout.
     pub timed_out: Option<TimedOut>,
+    /// Set when a signal ended `ansible-playbook` (and the operator did not send it).
+    pub killed: Option<Killed>,
 }
 
 /// A run that was stopped because it took longer than its timeout.
@@ -127,6 +129,43 @@ pub enum Error {
     Execute(#[from] executor::Error),
 }
 
+/// A run whose `ansible-playbook` a signal ended, as when the kernel's OOM killer or a person ends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Killed {
+    /// The signal, when the executor saw it (ansible-runner's `rc` artifact only says `None`).
+    pub signal: Option<i32>,
+    /// The task that was running (the last one that started), when one had.
+    pub task: Option<String>,
+}
+
+impl Killed {
+    /// Whether ansible-playbook was ended by a signal: the executor saw one, or ansible-runner
+    /// wrote `None` as the playbook's exit status (what it does for a process a signal ended).
+    fn detect(exit: &executor::Exit, artifact_dir: &Path, task: Option<&String>) -> Option<Self> {
+        let killed = |signal| Some(Killed { signal, task: task.cloned() });
+        if exit.playbook_signal.is_some() {
+            return killed(exit.playbook_signal);
+        }
+        let rc = std::fs::read_to_string(artifact_dir.join("rc")).ok()?;
+        if rc.trim() == "None" { killed(None) } else { None }
+    }
+
+    /// What the CR's `Failure` condition says: the signal, and the task that was running.
+    pub fn message(&self) -> String {
+        let by = match self.signal {
+            Some(number) => match nix::sys::signal::Signal::try_from(number) {
+                Ok(signal) => format!("signal {number} ({})", signal.as_str()),
+                Err(_) => format!("signal {number}"),
+            },
+            None => "a signal".to_string(),
+        };
+        match &self.task {
+            Some(task) => format!("ansible-playbook was killed by {by} while running task {task:?}"),
+            None => format!("ansible-playbook was killed by {by} before any task started"),
+        }
+    }
+}
+
 /// Runs ansible-runner for one reconcile and follows it to the end, its output going to `live` as it
 /// comes. Dropping the future kills the whole process tree.
 pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration>) -> Result<Report, Error> {
@@ -150,6 +189,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         .collect();
     env.extend(ssh_env);
     env.extend(run_environment());
+    env.push((leftovers::RUN_MARKER.into(), spec.ident.clone()));
     let launch = Launch { id: &spec.ident, program: &settings.program, argv: spec.argv(), env };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
     let pid = started.pid;
@@ -233,8 +273,18 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         after: spec.timeout.unwrap_or_default(),
         task: outcome.last_task_started.clone(),
     });
+    let killed = match (&timed_out, &outcome.stats) {
+        (None, None) => Killed::detect(&exit, &spec.artifact_dir(), outcome.last_task_started.as_ref()),
+        _ => None,
+    };
+    if killed.is_some() {
+        let left = leftovers::end_run(&spec.ident);
+        if !left.is_empty() {
+            tracing::warn!(pids = ?left, "ended what the killed ansible-playbook left running");
+        }
+    }
     let output = output.into_iter().skip(skip).collect();
-    Ok(Report { outcome, output, exit, executor, timed_out })
+    Ok(Report { outcome, output, exit, executor, timed_out, killed })
 }
 
 /// Runs `f` when dropped (whether the run ends or is cancelled).
@@ -300,6 +350,28 @@ mod tests {
         assert_eq!(during.message(), "run timed out after 1m30s while running task \"wait for db\"");
         let before = TimedOut { after: Duration::from_secs(3), task: None };
         assert_eq!(before.message(), "run timed out after 3s before any task started");
+    }
+
+    #[test]
+    fn a_killed_playbook_is_told_by_its_signal_or_by_ansible_runners_none() {
+        let dir = std::env::temp_dir().join(format!("killed-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let task = Some("wait for db".to_string());
+        let warm = executor::Exit { code: Some(1), signal: None, playbook_signal: Some(9) };
+        let killed = Killed::detect(&warm, &dir, task.as_ref()).unwrap();
+        assert_eq!(
+            killed.message(),
+            "ansible-playbook was killed by signal 9 (SIGKILL) while running task \"wait for db\""
+        );
+
+        let cold = executor::Exit { code: Some(1), signal: None, playbook_signal: None };
+        assert_eq!(Killed::detect(&cold, &dir, None), None, "no rc file: not told");
+        std::fs::write(dir.join("rc"), "2").unwrap();
+        assert_eq!(Killed::detect(&cold, &dir, None), None, "an exit status is no signal");
+        std::fs::write(dir.join("rc"), "None").unwrap();
+        let killed = Killed::detect(&cold, &dir, None).unwrap();
+        assert_eq!(killed.message(), "ansible-playbook was killed by a signal before any task started");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

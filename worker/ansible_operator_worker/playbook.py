@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -149,6 +150,7 @@ def install(worker: Worker, run_id: str, control_fd: int) -> None:
             kwargs["preexec_fn"] = _playbook_process(decided.script, decided.command, dict(env))
         child = original(command, args, **kwargs)
         close_when_exited(child)
+        report_end(child, run_id, control_fd)
         return child
 
     pexpect.spawn = spawn  # type: ignore[assignment]
@@ -170,6 +172,30 @@ def close_when_exited(child: Any) -> None:
         close(force)
 
     child.close = close_promptly
+
+
+def report_end(child: Any, run_id: str, control_fd: int) -> None:
+    """Tells the operator how the playbook process ended once ansible-runner has closed it:
+    ansible-runner itself records only an exit status, `None` for a process a signal ended. What a
+    killed playbook process leaves running (Ansible's task workers, their modules) came to this
+    process, the run's subreaper: it is ended, as it would have been with the playbook."""
+    close = child.close
+
+    def close_and_report(force: bool = True) -> None:
+        close(force)
+        if child.signalstatus is not None:
+            for pid in process.descendants(os.getpid()):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        message = {"type": "playbook_ended", "id": run_id, "code": child.exitstatus, "signal": child.signalstatus}
+        try:
+            protocol.send_fd(control_fd, message)
+        except OSError:
+            pass  # the operator is gone; the run's own end says the rest
+
+    child.close = close_and_report
 
 
 def _playbook_process(script: str, command: Command, env: dict[str, str]) -> Callable[[], None]:

@@ -8,6 +8,7 @@ Worker → operator:
     {"type": "started", "id": ..., "pid": ...}
     {"type": "spawn_failed", "id": ..., "error": "..."}
     {"type": "mode", "id": ..., "mode": "warm" | "cold", "reason": "..."}
+    {"type": "playbook_ended", "id": ..., "code": int | None, "signal": int | None}
     {"type": "exited", "id": ..., "code": int | None, "signal": int | None}
 """
 
