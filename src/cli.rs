@@ -23,6 +23,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator on a watches file.
+    // A flag given twice takes its last value, as upstream's (pflag) does.
+    #[command(args_override_self = true)]
     Run(Box<RunArgs>),
     /// Print the version.
     Version,
@@ -285,6 +287,13 @@ mod tests {
     }
 
     #[test]
+    fn a_flag_given_twice_takes_its_last_value_as_upstream() {
+        let args = run(&["--runner-dir=/a", "--proxy-port=1", "--runner-dir=/b", "--proxy-port=2"]);
+        assert_eq!(args.runner_dir, std::path::PathBuf::from("/b"));
+        assert_eq!(args.proxy_port, 2);
+    }
+
+    #[test]
     fn the_executor_is_warm_or_cold() {
         assert_eq!(run(&["--ansible-executor=cold"]).ansible_executor, crate::executor::Executor::Cold);
         assert_eq!(run(&["--ansible-executor", "WARM"]).ansible_executor, crate::executor::Executor::Warm);
@@ -306,8 +315,8 @@ mod tests {
     #[test]
     fn deprecated_metrics_alias_sets_the_same_flag() {
         assert_eq!(run(&["--metrics-addr=:9090"]).metrics_bind_address, ":9090");
-        let both = ["ansible-operator", "run", "--metrics-addr=:1", "--metrics-bind-address=:2"];
-        assert!(Cli::try_parse_from(both).is_err());
+        let both = run(&["--metrics-addr=:1", "--metrics-bind-address=:2"]);
+        assert_eq!(both.metrics_bind_address, ":2", "both name one variable upstream: the last wins");
     }
 
     #[test]

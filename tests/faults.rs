@@ -278,3 +278,72 @@ async fn a_killed_ansible_playbook_is_a_failure_naming_the_signal_and_the_cr_con
     .await;
     assert_eq!(sleeps(&markers, "shot"), [sleep], "the retry ran with the fixed spec");
 }
+
+/// A tmpfs of `size` mounted on `path` for the test's life (the test runs as root, as CI does).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: PathBuf, size: &str) -> Self {
+        std::fs::create_dir_all(&path).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&path)
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mount a tmpfs on {}", path.display());
+        Tmpfs(path)
+    }
+
+    /// Writes a file until the filesystem is full.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut ballast = std::fs::File::create(self.0.join("ballast")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while ballast.write_all(&chunk).is_ok() {}
+        let _ = ballast.sync_all();
+    }
+
+    fn empty(&self) {
+        std::fs::remove_file(self.0.join("ballast")).unwrap();
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[tokio::test]
+async fn a_full_runner_filesystem_is_a_failure_naming_the_path_and_runs_recover_when_space_returns() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-full").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let runner = scratch_dir(&format!("{}-runner", ns.name));
+    let disk = Tmpfs::mount(runner.clone(), "4m");
+    let operator = OperatorConfig::new(&watch(&markers(&ns.name), ""), &ns.name)
+        .arg(format!("--runner-dir={}", runner.display()))
+        .start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+
+    support::create_cr(&api, GROUP, KIND, "first", json!({"hang": false})).await;
+    support::wait_for_condition(&api, "first", "Successful", "True", WAIT).await;
+
+    disk.fill();
+    support::create_cr(&api, GROUP, KIND, "second", json!({"hang": false})).await;
+    let failed = support::wait_for_condition(&api, "second", "Failure", "True", WAIT).await;
+    let message = failure_message(&failed);
+    assert!(message.contains("No space left on device"), "{message}");
+    assert!(message.contains(&runner.display().to_string()), "the message names the path: {message}");
+    let edit = json!({"spec": {"hang": false, "touched": true}});
+    api.patch("first", &PatchParams::default(), &Patch::Merge(&edit)).await.unwrap();
+    support::wait_for_condition(&api, "first", "Failure", "True", WAIT).await;
+    assert!(operator.log().contains("No space left on device"));
+
+    disk.empty();
+    for name in ["first", "second"] {
+        support::wait_for_condition(&api, name, "Successful", "True", WAIT).await;
+    }
+    let first = api.get("first").await.unwrap();
+    assert_eq!(support::condition(&first, "Successful").unwrap()["observedGeneration"], 2);
+}
