@@ -347,3 +347,112 @@ async fn a_full_runner_filesystem_is_a_failure_naming_the_path_and_runs_recover_
     let first = api.get("first").await.unwrap();
     assert_eq!(support::condition(&first, "Successful").unwrap()["observedGeneration"], 2);
 }
+
+/// A TCP relay between the operator and kube-apiserver that the test can cut: while cut, every
+/// connection through it is dropped and new ones are closed at once, as when the API server is down.
+struct Relay {
+    address: std::net::SocketAddr,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(upstream: String) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let down = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::<tokio::task::AbortHandle>::new()));
+        let (is_down, open) = (down.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if is_down.load(Ordering::SeqCst) {
+                    continue; // dropped: closed at once
+                }
+                let upstream = upstream.clone();
+                let relay = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                open.lock().unwrap().push(relay.abort_handle());
+            }
+        });
+        Relay { address, down, connections, accept }
+    }
+
+    fn cut(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A copy of the test kubeconfig whose server is this relay.
+    fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let original = std::fs::read_to_string(support::kubeconfig()).unwrap();
+        let server = kubeconfig_server(&original);
+        let text = original.replace(&server, &format!("https://{}", self.address));
+        let path = dir.join("relayed-kubeconfig");
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+/// The `server:` URL of the (single-cluster) test kubeconfig.
+fn kubeconfig_server(kubeconfig: &str) -> String {
+    kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("server:"))
+        .map(|server| server.trim().to_string())
+        .expect("the kubeconfig names a server")
+}
+
+#[tokio::test]
+async fn an_api_server_outage_mid_run_is_survived_without_overlapping_runs() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "fault-outage").await;
+    support::install_crd(&client, &support::crd(GROUP, "Outage", true)).await;
+    let server = kubeconfig_server(&std::fs::read_to_string(support::kubeconfig()).unwrap());
+    let relay = Relay::start(server.trim_start_matches("https://").to_string()).await;
+    let markers = markers(&ns.name);
+    let watches = format!(
+        "{}  vars:\n    marker_dir: {}\n",
+        support::playbook_watch(GROUP, "Outage", "outage.yml"),
+        markers.display()
+    );
+    let _operator = OperatorConfig::new(&watches, &ns.name)
+        .env("KUBECONFIG", relay.kubeconfig(&markers).display().to_string())
+        .start();
+    let api = support::cr_api(&client, GROUP, "Outage", &ns.name);
+    let runs = || std::fs::read_to_string(markers.join("through.runs")).unwrap_or_default();
+
+    support::create_cr(&api, GROUP, "Outage", "through", json!({})).await;
+    support::wait_for("the run to start", WAIT, || async {
+        Ok(if runs().contains("start") { Ok(()) } else { Err("no run yet".to_string()) })
+    })
+    .await;
+    relay.cut();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    relay.restore();
+
+    support::wait_for_condition(&api, "through", "Successful", "True", WAIT).await;
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    assert!(configmaps.get_opt("through-result").await.unwrap().is_some(), "the run's work is done");
+    let runs = runs();
+    let lines: Vec<&str> = runs.lines().collect();
+    let alternating = lines.chunks(2).all(|pair| pair == ["start", "end"]);
+    assert!(alternating && lines.len() >= 4, "runs one after another, the first cut off: {lines:?}");
+}
