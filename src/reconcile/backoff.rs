@@ -1,12 +1,18 @@
-//! Requeue delays after failures: per-CR exponential backoff as controller-runtime's default
-//! (5 ms doubling up to 1000 s), reset by a success.
+//! Requeue delays after failures, as controller-runtime's default rate limiter: the longer of a
+//! per-CR exponential backoff (5 ms doubling up to 1000 s, reset by a success) and a token bucket
+//! shared by every CR of the watch (10 retries a second, bursts of 100), so many failing CRs
+//! cannot retry faster than that together.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const BASE: Duration = Duration::from_millis(5);
 const MAX: Duration = Duration::from_secs(1000);
+/// Retries a second the bucket refills with.
+const RATE: f64 = 10.0;
+/// Retries the bucket holds.
+const BURST: f64 = 100.0;
 
 /// The delay before retry number `failures` (1 for the first failure).
 pub fn delay(failures: u32) -> Duration {
@@ -14,10 +20,39 @@ pub fn delay(failures: u32) -> Duration {
     BASE.saturating_mul(1u32 << exponent).min(MAX)
 }
 
-/// Failure counts per CR key.
-#[derive(Debug, Default)]
+/// A token bucket that hands out reservations: a retry takes a token, and waits for it when the
+/// bucket is empty (tokens go below zero, as golang.org/x/time/rate's reservations do).
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(now: Instant) -> Self {
+        Bucket { tokens: BURST, at: now }
+    }
+
+    /// Takes a token at `now`; returns how long until it is there.
+    fn reserve(&mut self, now: Instant) -> Duration {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RATE;
+        self.tokens = (self.tokens + refill).min(BURST) - 1.0;
+        self.at = self.at.max(now);
+        if self.tokens >= 0.0 { Duration::ZERO } else { Duration::from_secs_f64(-self.tokens / RATE) }
+    }
+}
+
+/// Failure counts per CR key, and the retry bucket of the watch.
+#[derive(Debug)]
 pub struct Backoff {
     failures: Mutex<HashMap<String, u32>>,
+    bucket: Mutex<Bucket>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { failures: Mutex::default(), bucket: Mutex::new(Bucket::full(Instant::now())) }
+    }
 }
 
 impl Backoff {
@@ -26,7 +61,10 @@ impl Backoff {
         let mut failures = self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let count = failures.entry(key.to_string()).or_default();
         *count = count.saturating_add(1);
-        delay(*count)
+        let own = delay(*count);
+        let shared =
+            self.bucket.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).reserve(Instant::now());
+        own.max(shared)
     }
 
     /// Failures of the CR since its last success.
@@ -61,5 +99,32 @@ mod tests {
         assert_eq!(backoff.failed("ns/b"), Duration::from_millis(5));
         backoff.reset("ns/a");
         assert_eq!(backoff.failed("ns/a"), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn the_bucket_lets_a_burst_of_100_through_then_10_a_second() {
+        let start = Instant::now();
+        let mut bucket = Bucket::full(start);
+        for _ in 0..100 {
+            assert_eq!(bucket.reserve(start), Duration::ZERO);
+        }
+        assert_eq!(bucket.reserve(start), Duration::from_millis(100), "the 101st waits for a token");
+        assert_eq!(bucket.reserve(start), Duration::from_millis(200), "and the next for the one after");
+        let later = start + Duration::from_millis(100);
+        assert_eq!(bucket.reserve(later), Duration::from_millis(200), "1 token came back, 3 were owed");
+        let much_later = later + Duration::from_secs(3600);
+        for _ in 0..100 {
+            assert_eq!(bucket.reserve(much_later), Duration::ZERO, "refilled to the burst, no more");
+        }
+        assert!(bucket.reserve(much_later) > Duration::ZERO);
+    }
+
+    #[test]
+    fn many_failing_crs_wait_for_the_bucket_beyond_their_own_backoff() {
+        let backoff = Backoff::default();
+        let delays: Vec<Duration> = (0..200).map(|i| backoff.failed(&format!("ns/cr-{i}"))).collect();
+        assert!(delays[..100].iter().all(|d| *d < Duration::from_millis(50)), "the burst goes at once");
+        assert!(delays[150] > Duration::from_secs(4), "the 151st retry waits ~5 s: {:?}", delays[150]);
+        assert!(delays[199] > Duration::from_secs(9), "the 200th waits ~10 s: {:?}", delays[199]);
     }
 }
