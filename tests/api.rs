@@ -14,7 +14,7 @@ use support::operator::{Operator, OperatorConfig};
 const GROUP: &str = "api.test.example.com";
 const KIND: &str = "Served";
 const PLURAL: &str = "serveds";
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 async fn install(client: &kube::Client) {
     support::install_crd(client, &support::crd(GROUP, KIND, true)).await;

@@ -17,7 +17,7 @@ use support::operator::OperatorConfig;
 const GROUP: &str = "console.test.example.com";
 const KIND: &str = "Shown";
 const PLURAL: &str = "showns";
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// chromedriver on a free port, stopped when dropped.
 struct Driver {

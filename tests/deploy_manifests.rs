@@ -20,7 +20,7 @@ const SERVICE_ACCOUNT: &str = "system:serviceaccount:ansible-operator-system:ans
 const SERVICE_ACCOUNT_GROUPS: [&str; 3] =
     ["system:serviceaccounts", "system:serviceaccounts:ansible-operator-system", "system:authenticated"];
 
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// Tests that create or delete the operator namespace or the RBAC for real take turns.
 static CLUSTER_OBJECTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

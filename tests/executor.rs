@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use support::operator::{Operator, OperatorConfig};
 
 const GROUP: &str = "equivalence.test.example.com";
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// The kinds of the equivalence test: each runs one fixture, and ends `Successful` or `Failure`.
 const CASES: [(&str, &str, &str); 5] = [

@@ -19,7 +19,7 @@ use support::operator::{OperatorConfig, scratch_dir};
 const GROUP: &str = "faults.test.example.com";
 const KIND: &str = "Hung";
 const FINALIZER: &str = "faults.test.example.com/cleanup";
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// A watch of `hang.yml` whose runs record their sleep's pid in `markers`, with `extra` lines.
 fn watch(markers: &Path, extra: &str) -> String {

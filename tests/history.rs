@@ -17,7 +17,7 @@ use support::operator::{Operator, OperatorConfig};
 
 const GROUP: &str = "history.test.example.com";
 const KIND: &str = "Recorded";
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 const PASSWORD: &str = "hunter2-in-the-spec";
 
 fn watches(extra: &str) -> String {

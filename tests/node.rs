@@ -14,7 +14,7 @@ use serde_json::json;
 use support::kubectl_ok;
 use support::node::{MEMCACHED_IMAGE, internal_ip, require_ready_node, wait_until_ready};
 
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 fn pod(name: &str, spec: serde_json::Value) -> Pod {
     serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("valid Pod")

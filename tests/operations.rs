@@ -10,7 +10,7 @@ use serde_json::json;
 use support::operator::OperatorConfig;
 
 const GROUP: &str = "ops.test.example.com";
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// The `sleep` commands of the runs in flight: descendants of the operator `root` (cold runs are its
 /// children's children; warm runs are forks of its worker), whatever the executor.

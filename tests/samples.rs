@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use support::operator::{OperatorConfig, scratch_dir};
 
-const WAIT: Duration = Duration::from_secs(90);
+const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn memcached_role_deploys_waits_for_ready_pods_reports_status_and_cleans_up_on_delete() {

@@ -15,7 +15,7 @@ use support::hosts::{self, Host};
 use support::operator::{Operator, OperatorConfig};
 
 const GROUP: &str = "ssh.test.example.com";
-const WAIT: Duration = Duration::from_secs(120);
+const WAIT: Duration = Duration::from_secs(180);
 
 /// Hosts and groups from `spec.hosts`, each with its address, port and user.
 const INVENTORY: &str = r#"  inventory: |

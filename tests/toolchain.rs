@@ -49,7 +49,7 @@ async fn a_number_as_condition_and_a_one_expression_value_work_as_on_upstreams_i
     let _operator = OperatorConfig::new(&watches, &ns.name).start();
     let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "habits", json!({})).await;
-    support::wait_for_condition(&api, "habits", "Successful", "True", Duration::from_secs(60)).await;
+    support::wait_for_condition(&api, "habits", "Successful", "True", Duration::from_secs(180)).await;
     let data = support::configmaps::data(&client, &ns.name, "habits-count").await.expect("ConfigMap written");
     assert_eq!(data["count"], "3", "the count is the string \"3\"");
 }
