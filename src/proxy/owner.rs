@@ -24,6 +24,9 @@ pub struct Owner {
     pub uid: String,
     /// Namespace; `None` for a cluster-scoped CR.
     pub namespace: Option<String>,
+    /// With sharding: the CR's shard label (key, value), given to every child the run creates so
+    /// that the owner's replica watches it.
+    pub shard_label: Option<(String, String)>,
 }
 
 /// How a child is tied to its owner.
@@ -107,6 +110,13 @@ impl Owner {
         let metadata = object.as_object_mut()?.entry("metadata").or_insert_with(|| json!({}));
         let metadata = metadata.as_object_mut()?;
         let link = self.link_for(child_namespace);
+        if let Some((key, value)) = &self.shard_label {
+            let labels = metadata.entry("labels").or_insert_with(|| Value::Object(Map::new()));
+            if !labels.is_object() {
+                *labels = Value::Object(Map::new());
+            }
+            labels.as_object_mut()?.insert(key.clone(), value.clone().into());
+        }
         match link {
             Link::OwnerReference => {
                 let refs = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
@@ -192,7 +202,19 @@ mod tests {
             name: "m".into(),
             uid: "u-1".into(),
             namespace: namespace.map(Into::into),
+            shard_label: None,
         }
+    }
+
+    #[test]
+    fn a_sharded_owner_labels_its_children_with_its_shard() {
+        let owner = Owner { shard_label: Some(("ansible-operator.dev/shard-r".into(), "pod-a".into())), ..owner(Some("ns")) };
+        let mut body = json!({"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"app": "x"}}});
+        owner.inject(&mut body, Some("ns"));
+        assert_eq!(body["metadata"]["labels"], json!({"app": "x", "ansible-operator.dev/shard-r": "pod-a"}));
+        let mut unsharded = json!({"kind": "ConfigMap", "metadata": {"name": "c"}});
+        super::tests::owner(Some("ns")).inject(&mut unsharded, Some("ns"));
+        assert!(unsharded["metadata"].get("labels").is_none(), "no label without sharding");
     }
 
     #[test]
