@@ -27,8 +27,9 @@ const KIND: &str = "Sharded";
 const RING: &str = "sharding-test";
 const SHARD_LABEL: &str = "ansible-operator.dev/shard-sharding-test";
 const DRAIN_LABEL: &str = "ansible-operator.dev/drain-sharding-test";
-/// Short leases so that a killed replica is noticed quickly.
-const LEASE_SECONDS: u64 = 4;
+/// Short leases so that a killed replica is noticed quickly, long enough that a replica on two busy
+/// cores renews in time.
+const LEASE_SECONDS: u64 = 8;
 const WAIT: Duration = Duration::from_secs(150);
 
 /// The stand-in runner: records each run's start and end with the replica's name, then prints the
@@ -125,7 +126,7 @@ fn replica(namespace: &str, stub: &Stub, name: &str, sleep: &str, extra: &[&str]
         .arg(format!("--leader-election-id={RING}"))
         .arg(format!("--leader-election-namespace={namespace}"))
         .arg(format!("--leader-elect-lease-duration={LEASE_SECONDS}s"))
-        .arg("--leader-elect-renew-deadline=3s")
+        .arg("--leader-elect-renew-deadline=6s")
         .arg("--ansible-executor=cold")
         .arg("--max-concurrent-reconciles=4")
         .arg("--run-history-limit=0")
@@ -183,6 +184,25 @@ async fn wait_all_successful(api: &Api<DynamicObject>, count: usize) -> Vec<Dyna
             .filter(|cr| support::condition(cr, "Successful").is_some_and(|c| c["status"] == "True"))
             .count();
         Ok(if done == count && list.items.len() == count { Ok(list.items) } else { Err(format!("{done} of {count}")) })
+    })
+    .await
+}
+
+/// Waits until each of `count` CRs is labelled for a shard and has finished a run there (with
+/// periodic runs some CR is always `Running`, so the status cannot tell); returns the CRs.
+async fn wait_all_ran(api: &Api<DynamicObject>, stub: &Stub, count: usize) -> Vec<DynamicObject> {
+    support::wait_for(&format!("{count} CRs to have run on their shard"), WAIT, || async {
+        let crs = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        let runs = stub.runs();
+        let ran = crs
+            .iter()
+            .filter(|cr| {
+                let shard = cr.labels().get(SHARD_LABEL);
+                runs.get(&cr.name_any())
+                    .is_some_and(|list| list.iter().any(|run| Some(&run.replica) == shard && run.end.is_some()))
+            })
+            .count();
+        Ok(if ran == count && crs.len() == count { Ok(crs) } else { Err(format!("{ran} of {count}")) })
     })
     .await
 }
@@ -262,20 +282,21 @@ async fn three_replicas_split_six_hundred_crs_and_run_each_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_without_overlapping_runs() {
-    const COUNT: usize = 60;
+    const COUNT: usize = 30;
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sharding-moves").await;
     support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     let stub = Stub::new("sharding-moves");
-    // Runs take 1 s and come back every 3 s, so handovers happen while CRs run.
-    let periodic = ["--reconcile-period=3s"];
-    let mut a = replica(&ns.name, &stub, "replica-a", "1", &periodic);
-    let mut b = replica(&ns.name, &stub, "replica-b", "1", &periodic);
-    let mut c = replica(&ns.name, &stub, "replica-c", "1", &periodic);
+    // Runs take 0.5 s and come back every 8 s, so handovers happen while CRs run, and two replicas
+    // on two busy cores keep up with all 30 (an overloaded replica's queue delays new CRs).
+    let periodic = ["--reconcile-period=8s"];
+    let mut a = replica(&ns.name, &stub, "replica-a", "0.5", &periodic);
+    let mut b = replica(&ns.name, &stub, "replica-b", "0.5", &periodic);
+    let mut c = replica(&ns.name, &stub, "replica-c", "0.5", &periodic);
     wait_for_members(&client, &ns.name, &["replica-a", "replica-b", "replica-c"]).await;
     let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     create_crs(&api, COUNT).await;
-    let crs = wait_all_successful(&api, COUNT).await;
+    let crs = wait_all_ran(&api, &stub, COUNT).await;
     let before = by_shard(&crs);
     let on_b = before.get("replica-b").cloned().unwrap_or_default();
     assert!(!on_b.is_empty(), "replica-b owns CRs: {before:?}");
@@ -304,7 +325,7 @@ async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_withou
     assert!(!after_kill.contains_key("replica-b"), "nothing left on the killed replica: {after_kill:?}");
 
     // A new replica takes its share through drain handovers, while the others keep running.
-    let d = replica(&ns.name, &stub, "replica-d", "1", &periodic);
+    let d = replica(&ns.name, &stub, "replica-d", "0.5", &periodic);
     let joined_at = now_nanos();
     support::wait_for("replica-d to run its share", WAIT, || async {
         let crs = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
@@ -317,12 +338,12 @@ async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_withou
             .count();
         let counts: BTreeMap<&String, usize> = shards.iter().map(|(s, l)| (s, l.len())).collect();
         let draining = crs.iter().filter(|cr| cr.labels().contains_key(DRAIN_LABEL)).count();
-        let balanced = mine.len() >= 16 && draining == 0 && !shards.contains_key("<none>");
+        let balanced = mine.len() >= 8 && draining == 0 && !shards.contains_key("<none>");
         Ok(if balanced && ran == mine.len() { Ok(()) } else { Err(format!("{counts:?}, {ran} ran on d, {draining} draining")) })
     })
     .await;
 
-    // Stop everyone (b's leftover runs end within their 1 s sleep), then check every run's interval.
+    // Stop everyone (b's leftover runs end within their 0.5 s sleep), then check every run's interval.
     drop(d);
     a.0.terminate(Duration::from_secs(10));
     c.0.terminate(Duration::from_secs(10));
