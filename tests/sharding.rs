@@ -380,3 +380,39 @@ async fn without_sharding_nothing_is_labelled_and_no_shard_lease_exists() {
     assert!(leases.list(&ListParams::default()).await.unwrap().items.is_empty(), "no Lease without sharding");
     assert_eq!(stub.runs().values().map(Vec::len).sum::<usize>(), 5, "one run per CR");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watched() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "sharding-children").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    // A real playbook (marker.yml writes ConfigMap <name>-marker through the proxy).
+    let _operator = OperatorConfig::new(&watches(), &ns.name)
+        .arg("--sharding")
+        .arg(format!("--leader-election-id={RING}"))
+        .arg(format!("--leader-election-namespace={}", ns.name))
+        .arg("--run-history-limit=0")
+        .env("POD_NAME", "replica-a")
+        .start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
+    let cr = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+    assert_eq!(cr.labels().get(SHARD_LABEL).map(String::as_str), Some("replica-a"));
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let child = config_maps.get("owner-marker").await.expect("the playbook's ConfigMap");
+    assert_eq!(child.labels().get(SHARD_LABEL).map(String::as_str), Some("replica-a"), "child labelled");
+
+    // The shard-filtered dependent watch sees the child: deleting it brings a run that recreates it.
+    let uid = child.uid();
+    support::delete_ignoring_missing(&config_maps, "owner-marker").await;
+    support::wait_for("the child to be recreated", WAIT, || async {
+        let found = config_maps.get_opt("owner-marker").await.map_err(|e| e.to_string())?;
+        Ok(match found {
+            Some(cm) if cm.uid() != uid => Ok(()),
+            other => Err(format!("{:?}", other.map(|cm| cm.uid()))),
+        })
+    })
+    .await;
+}
