@@ -385,7 +385,8 @@ fn sharding_config(args: &RunArgs) -> anyhow::Result<Option<ShardingConfig>> {
         return Ok(None);
     }
     let leader = leader_lease(args, "--sharding")?;
-    let ring = args.sharding_ring.clone().filter(|ring| !ring.is_empty()).unwrap_or_else(|| leader.name.clone());
+    let ring =
+        args.sharding_ring.clone().filter(|ring| !ring.is_empty()).unwrap_or_else(|| leader.name.clone());
     let pod = std::env::var("POD_NAME").ok();
     let suffix: String = leader::random_suffix().chars().take(8).collect();
     let shard = sharding::shard_name(pod.as_deref(), &leader::hostname(), &suffix);

@@ -182,7 +182,9 @@ impl WatchController {
             })
             .applied_objects()
             .predicate_filter(
-                move |object: &DynamicObject| trigger_hash(object, annotations_trigger, drain_label.as_deref()),
+                move |object: &DynamicObject| {
+                    trigger_hash(object, annotations_trigger, drain_label.as_deref())
+                },
                 PredicateConfig::default(),
             );
         let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(u16::MAX).max(1);
@@ -268,7 +270,10 @@ mod tests {
     fn a_manual_request_triggers_without_annotation_watching() {
         let request =
             json!({(reconcile::annotations::RECONCILE_REQUESTED): "{\"at\":\"2026-11-23T10:00:00Z\"}"});
-        assert_ne!(trigger_hash(&object(1, json!({})), false, None), trigger_hash(&object(1, request), false, None));
+        assert_ne!(
+            trigger_hash(&object(1, json!({})), false, None),
+            trigger_hash(&object(1, request), false, None)
+        );
     }
 
     #[test]

@@ -174,7 +174,11 @@ async fn sharded_overlay_runs_three_sharding_replicas_under_a_disruption_budget(
     let _rbac = operator_rbac();
     let overlay = deploy().join("sharded");
     let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), overlay.as_os_str()]);
-    assert!(output.status.success(), "kubectl apply --dry-run=server -k deploy/sharded/: {}", describe(&output));
+    assert!(
+        output.status.success(),
+        "kubectl apply --dry-run=server -k deploy/sharded/: {}",
+        describe(&output)
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     for object in [
         "deployment.apps/ansible-operator-controller-manager",
@@ -186,20 +190,27 @@ async fn sharded_overlay_runs_three_sharding_replicas_under_a_disruption_budget(
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("PodSecurity"), "the dry run warned about pod security: {}", describe(&output));
 
-    let rendered = kubectl_ok("kubectl kustomize deploy/sharded/", ["kustomize".as_ref(), overlay.as_os_str()]);
+    let rendered =
+        kubectl_ok("kubectl kustomize deploy/sharded/", ["kustomize".as_ref(), overlay.as_os_str()]);
     let deployment = rendered
         .split("\n---\n")
         .find(|doc| doc.contains("kind: Deployment"))
         .expect("the overlay renders the Deployment");
     assert!(deployment.contains("replicas: 3"), "{deployment}");
     assert!(deployment.contains("- --sharding"), "{deployment}");
-    assert!(deployment.contains("name: POD_NAME") && deployment.contains("fieldPath: metadata.name"), "{deployment}");
+    assert!(
+        deployment.contains("name: POD_NAME") && deployment.contains("fieldPath: metadata.name"),
+        "{deployment}"
+    );
     assert!(rendered.contains("maxUnavailable: 1"), "{rendered}");
 
     // What the sharder and the shards do: label the watched kinds, keep their Leases.
     assert!(service_account_can("patch", "memcacheds.cache.example.com", Some("default")));
     for verb in ["get", "list", "watch", "create", "update"] {
-        assert!(service_account_can(verb, "leases.coordination.k8s.io", Some(OPERATOR_NAMESPACE)), "{verb} leases");
+        assert!(
+            service_account_can(verb, "leases.coordination.k8s.io", Some(OPERATOR_NAMESPACE)),
+            "{verb} leases"
+        );
     }
 }
 

@@ -76,7 +76,8 @@ impl Stub {
             match what {
                 "start" => open.entry(key).or_default().push(at),
                 "end" => {
-                    let start = open.get_mut(&key).and_then(|starts| (!starts.is_empty()).then(|| starts.remove(0)));
+                    let start =
+                        open.get_mut(&key).and_then(|starts| (!starts.is_empty()).then(|| starts.remove(0)));
                     let start = start.unwrap_or_else(|| panic!("end without start: {line}"));
                     runs.entry(cr.to_string()).or_default().push(Run {
                         replica: replica.to_string(),
@@ -143,7 +144,9 @@ fn replica(namespace: &str, stub: &Stub, name: &str, sleep: &str, extra: &[&str]
 }
 
 fn watches() -> String {
-    format!("- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  playbook: {{fixtures}}/playbooks/marker.yml\n")
+    format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  playbook: {{fixtures}}/playbooks/marker.yml\n"
+    )
 }
 
 /// Creates `count` CRs `cr-<i>`, 32 at a time.
@@ -183,7 +186,11 @@ async fn wait_all_successful(api: &Api<DynamicObject>, count: usize) -> Vec<Dyna
             .iter()
             .filter(|cr| support::condition(cr, "Successful").is_some_and(|c| c["status"] == "True"))
             .count();
-        Ok(if done == count && list.items.len() == count { Ok(list.items) } else { Err(format!("{done} of {count}")) })
+        Ok(if done == count && list.items.len() == count {
+            Ok(list.items)
+        } else {
+            Err(format!("{done} of {count}"))
+        })
     })
     .await
 }
@@ -198,8 +205,9 @@ async fn wait_all_ran(api: &Api<DynamicObject>, stub: &Stub, count: usize) -> Ve
             .iter()
             .filter(|cr| {
                 let shard = cr.labels().get(SHARD_LABEL);
-                runs.get(&cr.name_any())
-                    .is_some_and(|list| list.iter().any(|run| Some(&run.replica) == shard && run.end.is_some()))
+                runs.get(&cr.name_any()).is_some_and(|list| {
+                    list.iter().any(|run| Some(&run.replica) == shard && run.end.is_some())
+                })
             })
             .count();
         Ok(if ran == count && crs.len() == count { Ok(crs) } else { Err(format!("{ran} of {count}")) })
@@ -243,7 +251,8 @@ async fn three_replicas_split_six_hundred_crs_and_run_each_once() {
     support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     let stub = Stub::new("sharding-split");
     let names = ["replica-a", "replica-b", "replica-c"];
-    let replicas: Vec<(Operator, u16)> = names.iter().map(|name| replica(&ns.name, &stub, name, "0", &[])).collect();
+    let replicas: Vec<(Operator, u16)> =
+        names.iter().map(|name| replica(&ns.name, &stub, name, "0", &[])).collect();
     wait_for_members(&client, &ns.name, &names).await;
 
     let api = support::cr_api(&client, GROUP, KIND, &ns.name);
@@ -274,7 +283,11 @@ async fn three_replicas_split_six_hundred_crs_and_run_each_once() {
         let expected = i64::try_from(*count).unwrap();
         support::wait_for(&format!("{name}'s cache size"), Duration::from_secs(10), || async {
             let cached = cached_crs(*port);
-            Ok(if cached == Some(expected) { Ok(()) } else { Err(format!("{cached:?}, expected {expected}")) })
+            Ok(if cached == Some(expected) {
+                Ok(())
+            } else {
+                Err(format!("{cached:?}, expected {expected}"))
+            })
         })
         .await;
     }
@@ -305,18 +318,26 @@ async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_withou
     b.0.kill();
     let killed_at = now_nanos();
     let deadline = Duration::from_secs(LEASE_SECONDS + 10);
-    let recovered = support::wait_for("replica-b's CRs to run on another replica", deadline + Duration::from_secs(20), || async {
-        let runs = stub.runs();
-        let waiting: Vec<&String> = on_b
-            .iter()
-            .filter(|cr| {
-                !runs.get(*cr).is_some_and(|list| {
-                    list.iter().any(|run| run.replica != "replica-b" && run.start > killed_at)
+    let recovered = support::wait_for(
+        "replica-b's CRs to run on another replica",
+        deadline + Duration::from_secs(20),
+        || async {
+            let runs = stub.runs();
+            let waiting: Vec<&String> = on_b
+                .iter()
+                .filter(|cr| {
+                    !runs.get(*cr).is_some_and(|list| {
+                        list.iter().any(|run| run.replica != "replica-b" && run.start > killed_at)
+                    })
                 })
+                .collect();
+            Ok(if waiting.is_empty() {
+                Ok(now_nanos())
+            } else {
+                Err(format!("{} still waiting", waiting.len()))
             })
-            .collect();
-        Ok(if waiting.is_empty() { Ok(now_nanos()) } else { Err(format!("{} still waiting", waiting.len())) })
-    })
+        },
+    )
     .await;
     let took = Duration::from_nanos(u64::try_from(recovered - killed_at).unwrap());
     eprintln!("replica-b's {} CRs ran elsewhere {took:?} after the kill", on_b.len());
@@ -334,12 +355,19 @@ async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_withou
         let runs = stub.runs();
         let ran = mine
             .iter()
-            .filter(|cr| runs.get(*cr).is_some_and(|l| l.iter().any(|r| r.replica == "replica-d" && r.start > joined_at)))
+            .filter(|cr| {
+                runs.get(*cr)
+                    .is_some_and(|l| l.iter().any(|r| r.replica == "replica-d" && r.start > joined_at))
+            })
             .count();
         let counts: BTreeMap<&String, usize> = shards.iter().map(|(s, l)| (s, l.len())).collect();
         let draining = crs.iter().filter(|cr| cr.labels().contains_key(DRAIN_LABEL)).count();
         let balanced = mine.len() >= 8 && draining == 0 && !shards.contains_key("<none>");
-        Ok(if balanced && ran == mine.len() { Ok(()) } else { Err(format!("{counts:?}, {ran} ran on d, {draining} draining")) })
+        Ok(if balanced && ran == mine.len() {
+            Ok(())
+        } else {
+            Err(format!("{counts:?}, {ran} ran on d, {draining} draining"))
+        })
     })
     .await;
 
@@ -387,12 +415,12 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sharding-children").await;
     support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    support::install_run_records_crd(&client).await;
     // A real playbook (marker.yml writes ConfigMap <name>-marker through the proxy).
     let _operator = OperatorConfig::new(&watches(), &ns.name)
         .arg("--sharding")
         .arg(format!("--leader-election-id={RING}"))
         .arg(format!("--leader-election-namespace={}", ns.name))
-        .arg("--run-history-limit=0")
         .env("POD_NAME", "replica-a")
         .start();
     let api = support::cr_api(&client, GROUP, KIND, &ns.name);
@@ -403,6 +431,25 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let child = config_maps.get("owner-marker").await.expect("the playbook's ConfigMap");
     assert_eq!(child.labels().get(SHARD_LABEL).map(String::as_str), Some("replica-a"), "child labelled");
+
+    // The run history names the shard that ran it.
+    let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "ansible-operator.dev",
+        "v1alpha1",
+        "AnsibleRun",
+    ));
+    let records: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &resource);
+    let shards: Vec<String> = support::wait_for("a run record", WAIT, || async {
+        let list = records.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        let shards: Vec<String> = list
+            .items
+            .iter()
+            .map(|r| r.data["spec"]["shard"].as_str().unwrap_or("<none>").to_string())
+            .collect();
+        Ok(if shards.is_empty() { Err("no record yet".to_string()) } else { Ok(shards) })
+    })
+    .await;
+    assert!(shards.iter().all(|shard| shard == "replica-a"), "{shards:?}");
 
     // The shard-filtered dependent watch sees the child: deleting it brings a run that recreates it.
     let uid = child.uid();

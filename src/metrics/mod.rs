@@ -385,7 +385,6 @@ impl CachedCrs {
     }
 }
 
-
 /// Holds a gauge one higher until dropped.
 #[must_use = "the gauge goes back down when the guard is dropped"]
 #[derive(Debug)]

@@ -208,7 +208,10 @@ mod tests {
 
     #[test]
     fn a_sharded_owner_labels_its_children_with_its_shard() {
-        let owner = Owner { shard_label: Some(("ansible-operator.dev/shard-r".into(), "pod-a".into())), ..owner(Some("ns")) };
+        let owner = Owner {
+            shard_label: Some(("ansible-operator.dev/shard-r".into(), "pod-a".into())),
+            ..owner(Some("ns"))
+        };
         let mut body = json!({"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"app": "x"}}});
         owner.inject(&mut body, Some("ns"));
         assert_eq!(body["metadata"]["labels"], json!({"app": "x", "ansible-operator.dev/shard-r": "pod-a"}));

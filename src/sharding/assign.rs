@@ -104,7 +104,8 @@ pub fn plan(objects: &[Current<'_>], ring: &Ring, pending: &HashMap<String, Stri
             continue;
         }
         let mut candidates = settled.remove(shard).unwrap_or_default();
-        candidates.sort_by_key(|i| (ring.owner(objects[*i].key) == Some(shard), hash(objects[*i].key.as_bytes())));
+        candidates
+            .sort_by_key(|i| (ring.owner(objects[*i].key) == Some(shard), hash(objects[*i].key.as_bytes())));
         let (moving, staying) = candidates.split_at(excess.min(candidates.len()));
         for &index in moving {
             let to = place(ring, objects[index].key, &load, even, Some(shard));
@@ -156,7 +157,9 @@ fn place<'r>(
     ring.preference(key)
         .filter(allowed)
         .find(|s| load.get(s).copied().unwrap_or(0) < even)
-        .or_else(|| ring.preference(key).filter(allowed).min_by_key(|s| (load.get(s).copied().unwrap_or(0), *s)))
+        .or_else(|| {
+            ring.preference(key).filter(allowed).min_by_key(|s| (load.get(s).copied().unwrap_or(0), *s))
+        })
         .or_else(|| ring.shards().first().map(String::as_str))
         .unwrap_or_default()
 }
@@ -264,8 +267,10 @@ mod tests {
 
     #[test]
     fn a_cr_whose_shard_is_gone_is_assigned_directly_without_drain() {
-        let objects =
-            [Current { key: "a", shard: Some("gone"), draining: true }, Current { key: "b", shard: None, draining: false }];
+        let objects = [
+            Current { key: "a", shard: Some("gone"), draining: true },
+            Current { key: "b", shard: None, draining: false },
+        ];
         let changes = plan(&objects, &Ring::new(["x"]), &HashMap::new());
         assert_eq!(
             changes,

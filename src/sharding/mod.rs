@@ -131,7 +131,8 @@ pub fn shard_name(pod_name: Option<&str>, hostname: &str, suffix: &str) -> Strin
         Some(pod) => label_value(pod),
         None => {
             let suffix = label_value(suffix);
-            let host: String = label_value(hostname).chars().take(LABEL_PART_MAX - suffix.len() - 1).collect();
+            let host: String =
+                label_value(hostname).chars().take(LABEL_PART_MAX - suffix.len() - 1).collect();
             label_value(&format!("{host}-{suffix}"))
         }
     }
@@ -162,7 +163,11 @@ fn is_label_part(part: &str) -> bool {
 /// The owner's half of the handover: drop the shard and drain labels of `object`, which this replica
 /// no longer runs (the controller calls this only between runs of the CR). The write carries the
 /// `resourceVersion` read, so it fails rather than drop labels the sharder changed meanwhile.
-pub async fn acknowledge_drain(api: &Api<DynamicObject>, object: &DynamicObject, membership: &Membership) -> Result<()> {
+pub async fn acknowledge_drain(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    membership: &Membership,
+) -> Result<()> {
     let key = format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any());
     let patch = json!({
         "metadata": {
