@@ -117,8 +117,7 @@ pub fn plan(objects: &[Current<'_>], ring: &Ring, pending: &HashMap<String, Stri
     }
 
     // Shards under the bound (one that just joined) take CRs from the fullest shards.
-    loop {
-        let Some((&low, &low_load)) = load.iter().min_by_key(|(s, l)| (**l, *s)) else { break };
+    while let Some((&low, &low_load)) = load.iter().min_by_key(|(s, l)| (**l, *s)) {
         if low_load >= lower {
             break;
         }
