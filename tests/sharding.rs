@@ -462,4 +462,22 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
         })
     })
     .await;
+
+    // A child labelled for another shard (as after its CR moved) is relabelled when the owner's
+    // next run reads it.
+    let relabel = json!({"metadata": {"labels": {SHARD_LABEL: "replica-old"}}});
+    config_maps
+        .patch("owner-marker", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&relabel))
+        .await
+        .expect("relabel the child");
+    let bump = json!({"spec": {"bump": 1}});
+    api.patch("owner", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&bump))
+        .await
+        .expect("change the CR");
+    support::wait_for("the child to be back on the owner's shard", WAIT, || async {
+        let child = config_maps.get("owner-marker").await.map_err(|e| e.to_string())?;
+        let shard = child.labels().get(SHARD_LABEL).cloned();
+        Ok(if shard.as_deref() == Some("replica-a") { Ok(()) } else { Err(format!("{shard:?}")) })
+    })
+    .await;
 }

@@ -166,6 +166,19 @@ impl Owner {
         }
     }
 
+    /// With sharding: the merge patch that gives a child of this owner the owner's current shard
+    /// label, when it carries another (it was created before the CR moved), or `None`.
+    pub fn shard_patch(&self, object: &Value) -> Option<Value> {
+        let (key, value) = self.shard_label.as_ref()?;
+        let metadata = &object["metadata"];
+        if !self.is_linked(object) || metadata["labels"][key] == value.as_str() {
+            return None;
+        }
+        Some(json!({
+            "metadata": {"resourceVersion": metadata["resourceVersion"], "labels": {(key.as_str()): value}}
+        }))
+    }
+
     /// A merge patch that takes this owner's `link` off `object` (as read, with its
     /// resourceVersion, so a concurrent change makes the patch fail instead of being overwritten).
     /// `None` when the object does not carry it.
@@ -204,6 +217,22 @@ mod tests {
             namespace: namespace.map(Into::into),
             shard_label: None,
         }
+    }
+
+    #[test]
+    fn a_child_from_before_a_move_is_relabelled_for_the_owner_s_shard() {
+        let key = "ansible-operator.dev/shard-r";
+        let owner = Owner { shard_label: Some((key.into(), "pod-b".into())), ..owner(Some("ns")) };
+        let mut child = json!({"metadata": {"resourceVersion": "5", "labels": {key: "pod-a"}}});
+        assert_eq!(owner.shard_patch(&child), None, "not this owner's child");
+        let _ = owner.inject(&mut child, Some("ns"));
+        assert_eq!(owner.shard_patch(&child), None, "already on the owner's shard");
+        child["metadata"]["labels"][key] = json!("pod-a");
+        assert_eq!(
+            owner.shard_patch(&child),
+            Some(json!({"metadata": {"resourceVersion": "5", "labels": {key: "pod-b"}}}))
+        );
+        assert_eq!(super::tests::owner(Some("ns")).shard_patch(&child), None, "no sharding");
     }
 
     #[test]
