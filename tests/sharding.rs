@@ -1,8 +1,9 @@
 //! Scale-out with `--sharding`, against the real API server with several operator processes: every
 //! replica reconciles its share (each CR once, shares within ±20%, each cache holding only its
 //! share), a SIGKILLed replica's CRs move to the others within the lease duration + 10 s, a new
-//! replica takes its share through the drain handover, and no two runs of one CR ever overlap.
-//! Without `--sharding` nothing is labelled.
+//! replica takes its share through the drain handover, a replica stopped with SIGTERM hands its
+//! CRs on at once, and no two runs of one CR ever overlap. Children created through the proxy carry
+//! their owner's shard, and the run history names it. Without `--sharding` nothing is labelled.
 //!
 //! The replicas run a stand-in `ansible-runner` (like bench/stub) that appends `start`/`end` lines
 //! with its replica's name to a shared log and sleeps between them: what is measured is the
@@ -294,7 +295,7 @@ async fn three_replicas_split_six_hundred_crs_and_run_each_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_without_overlapping_runs() {
+async fn killed_stopped_and_new_replicas_hand_crs_on_without_overlapping_runs() {
     const COUNT: usize = 30;
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sharding-moves").await;
@@ -371,9 +372,36 @@ async fn a_killed_replica_s_crs_move_on_and_a_new_replica_takes_its_share_withou
     })
     .await;
 
+    // A replica stopped gracefully lets its runs finish, then releases its Lease: its CRs run
+    // elsewhere sooner than a Lease could expire.
+    let crs = api.list(&ListParams::default()).await.unwrap().items;
+    let on_a = by_shard(&crs).get("replica-a").cloned().unwrap_or_default();
+    assert!(!on_a.is_empty(), "replica-a owns CRs");
+    a.0.terminate(Duration::from_secs(15)).expect("replica-a stops on SIGTERM");
+    let stopped_at = now_nanos();
+    let handed_on =
+        support::wait_for("replica-a's CRs to run elsewhere", Duration::from_secs(30), || async {
+            let runs = stub.runs();
+            let waiting = on_a
+                .iter()
+                .filter(|cr| {
+                    !runs
+                        .get(*cr)
+                        .is_some_and(|l| l.iter().any(|r| r.replica != "replica-a" && r.start > stopped_at))
+                })
+                .count();
+            Ok(if waiting == 0 { Ok(now_nanos()) } else { Err(format!("{waiting} still waiting")) })
+        })
+        .await;
+    let took = Duration::from_nanos(u64::try_from(handed_on - stopped_at).unwrap());
+    eprintln!("replica-a's {} CRs ran elsewhere {took:?} after it stopped", on_a.len());
+    assert!(
+        took < Duration::from_secs(LEASE_SECONDS),
+        "a released shard is handed on at once, took {took:?}"
+    );
+
     // Stop everyone (b's leftover runs end within their 0.5 s sleep), then check every run's interval.
     drop(d);
-    a.0.terminate(Duration::from_secs(10));
     c.0.terminate(Duration::from_secs(10));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let runs = stub.runs();
