@@ -26,7 +26,7 @@ case "$pass" in
   warm)
     lanes=(
       "--lib --bins --test ssh --test etcd_cluster"
-      "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test node --test pod_modules --test in_cluster"
+      "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test sharding --test endpoints --test node --test pod_modules --test in_cluster"
       "--test executor --test core --test extra_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults"
       "--test history --test api --test console --test storm"
       "python"

@@ -23,6 +23,7 @@ use crate::proxy::dependents::Dependents;
 use crate::reconcile::Settings;
 use crate::reconcile::budget::Budget;
 use crate::runner::{self, Inventory};
+use crate::sharding::{self, Membership, sharder::Sharder};
 use crate::toolchain;
 use crate::watches::{self, Defaults, Environment};
 use crate::{api, http_server, tls};
@@ -99,7 +100,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         env.var("POD_NAME").or(env.var("HOSTNAME")).map(str::to_string),
     ));
+    let sharding = sharding_config(&args)?;
     let mut settings = settings(&args, &env, playbook_env, launcher.clone());
+    settings.sharding = sharding.as_ref().map(|sharding| sharding.membership.clone());
     settings.history = Some(history.clone());
     settings.events = Some(events);
     settings.ledger = ledger.clone();
@@ -111,7 +114,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         serve_endpoints(&args, &client, &metrics, &readiness, &shutdown).await?;
 
         let dependents = if args.inject_owner_ref {
-            Some(Dependents::new(client.clone(), namespaces.clone(), ledger.clone()))
+            let selector = sharding.as_ref().map(|sharding| sharding.membership.selector().to_string());
+            Some(Dependents::new(client.clone(), namespaces.clone(), ledger.clone(), selector))
         } else {
             tracing::warn!("injection of owner references and dependent watches is turned off");
             None
@@ -137,8 +141,37 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             tokio::spawn(prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
         }
 
-        let mut leadership = match leader_config(&args)? {
-            Some(config) => {
+        // The Lease this replica runs under: its shard Lease with sharding, else the leader Lease.
+        let membership_stop = CancellationToken::new();
+        let mut shard_lease = None;
+        let mut leadership = match (&sharding, leader_config(&args)?) {
+            (Some(sharding), _) => {
+                // A member first: the controllers start only while this replica holds its shard Lease.
+                let (mut member, task) = leader::spawn(client.clone(), sharding.lease.clone(), membership_stop.clone());
+                tokio::select! {
+                    held = member.wait_for(|held| *held) => held.context("shard lease campaign stopped")?,
+                    _ = shutdown_signal() => {
+                        shutdown.cancel();
+                        membership_stop.cancel();
+                        let _ = task.await;
+                        return Ok(());
+                    }
+                };
+                tracing::info!(ring = %sharding.membership.ring, shard = %sharding.membership.shard, "joined the sharding ring");
+                // The leader Lease only picks the sharder: every replica reconciles its share.
+                let (leading, _task) = leader::spawn(client.clone(), sharding.leader.clone(), shutdown.clone());
+                let kinds = controllers.iter().map(|controller| controller.sharded_kind(&namespaces)).collect();
+                let sharder = Sharder::new(
+                    client.clone(),
+                    sharding.membership.clone(),
+                    sharding.lease.namespace.clone(),
+                    kinds,
+                );
+                tokio::spawn(sharder.run(leading, shutdown.clone()));
+                shard_lease = Some(task);
+                Some(member)
+            }
+            (None, Some(config)) => {
                 // A standby is ready: it serves the proxy and waits to take over.
                 readiness.mark_started();
                 let (mut leading, _task) = leader::spawn(client.clone(), config, shutdown.clone());
@@ -151,7 +184,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 };
                 Some(leading)
             }
-            None => None,
+            (None, None) => None,
         };
 
         let mut tasks = tokio::task::JoinSet::new();
@@ -174,7 +207,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             _ = shutdown_signal() => {}
             _ = lost => {
                 // As controller-runtime: a replica that lost its lease stops at once and exits 1.
-                tracing::error!("lost leadership: stopping at once");
+                // A shard that could not renew its Lease in time may be given away any moment: the
+                // same holds, so that a CR is never run here after the sharder moved it.
+                let lease = if sharding.is_some() { "shard lease" } else { "leadership" };
+                tracing::error!(lease, "lost the lease: stopping at once");
                 shutdown.cancel();
                 settings.runner.active.terminate_all(Duration::ZERO).await;
                 tasks.shutdown().await;
@@ -195,6 +231,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
         tasks.shutdown().await;
+        // Only now, with no run left, give the shard up: the sharder hands its CRs on at once.
+        membership_stop.cancel();
+        if let Some(task) = shard_lease {
+            let _ = tokio::time::timeout(args.leader_elect_renew_deadline, task).await;
+        }
         Ok(())
     }
     .await;
@@ -322,17 +363,57 @@ fn leader_config(args: &RunArgs) -> anyhow::Result<Option<leader::Config>> {
     if !args.leader_elect {
         return Ok(None);
     }
+    leader_lease(args, "--leader-elect").map(Some)
+}
+
+/// What `--sharding` runs under.
+struct ShardingConfig {
+    /// This replica's ring and shard.
+    membership: Membership,
+    /// The leader Lease, which with sharding picks the sharder.
+    leader: leader::Config,
+    /// This replica's shard Lease.
+    lease: leader::Config,
+}
+
+/// With `--sharding`: the ring (`--sharding-ring`, else the leader-election ID), this replica's
+/// shard (`POD_NAME`, else host name and a random suffix), and the two Leases, both in the
+/// leader-election namespace with the leader-election durations. Sharding campaigns for the
+/// leader Lease whether `--leader-elect` is set or not: the leader is the sharder.
+fn sharding_config(args: &RunArgs) -> anyhow::Result<Option<ShardingConfig>> {
+    if !args.sharding {
+        return Ok(None);
+    }
+    let leader = leader_lease(args, "--sharding")?;
+    let ring =
+        args.sharding_ring.clone().filter(|ring| !ring.is_empty()).unwrap_or_else(|| leader.name.clone());
+    let pod = std::env::var("POD_NAME").ok();
+    let suffix: String = leader::random_suffix().chars().take(8).collect();
+    let shard = sharding::shard_name(pod.as_deref(), &leader::hostname(), &suffix);
+    let membership = Membership::new(ring, &shard)?;
+    let lease = sharding::lease::config(
+        &membership,
+        &leader.namespace,
+        args.leader_elect_lease_duration,
+        args.leader_elect_renew_deadline,
+    );
+    let leader = leader::Config { identity: membership.shard.clone(), ..leader };
+    Ok(Some(ShardingConfig { membership, leader, lease }))
+}
+
+/// The leader Lease's config from the `--leader-election-*` flags; `flag` names who needs it.
+fn leader_lease(args: &RunArgs, flag: &str) -> anyhow::Result<leader::Config> {
     let name = args
         .leader_election_id
         .clone()
         .or_else(|| std::env::var("OPERATOR_NAME").ok())
         .filter(|name| !name.is_empty())
-        .context("--leader-elect needs --leader-election-id")?;
+        .with_context(|| format!("{flag} needs --leader-election-id"))?;
     let namespace = args
         .leader_election_namespace
         .clone()
         .or_else(leader::in_cluster_namespace)
-        .context("--leader-elect outside a cluster needs --leader-election-namespace")?;
+        .with_context(|| format!("{flag} outside a cluster needs --leader-election-namespace"))?;
     let config = leader::Config::new(
         namespace,
         name,
@@ -340,7 +421,7 @@ fn leader_config(args: &RunArgs) -> anyhow::Result<Option<leader::Config>> {
         args.leader_elect_renew_deadline,
     );
     config.validate().context("leader election flags")?;
-    Ok(Some(config))
+    Ok(config)
 }
 
 /// How often the global artifact cap is enforced.
@@ -432,6 +513,7 @@ fn settings(
         live: Arc::default(),
         trust_cr_templates: args.trust_cr_templates,
         run_history_limit: args.run_history_limit,
+        sharding: None,
     }
 }
 

@@ -143,6 +143,19 @@ pub struct RunArgs {
           value_parser = go_duration::parse)]
     pub leader_elect_renew_deadline: Duration,
 
+    /// Scale out: every replica reconciles its share of the CRs, assigned through shard Leases and
+    /// the `ansible-operator.dev/shard-<ring>` label by the replica holding the leader Lease
+    /// (which needs `--leader-election-id`; with sharding it picks the sharder, it never idles a
+    /// replica). Off: one replica (or the leader) reconciles every CR, nothing is labelled.
+    #[arg(long, env = "ANSIBLE_OPERATOR_SHARDING", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub sharding: bool,
+
+    /// Name of the sharding ring: replicas sharing it split the CRs (default: the leader-election
+    /// ID). Part of the label key, so at most 57 characters.
+    #[arg(long, env = "ANSIBLE_OPERATOR_SHARDING_RING")]
+    pub sharding_ring: Option<String>,
+
     /// How long runs in flight may finish after SIGTERM before they are killed.
     #[arg(long, env = "ANSIBLE_OPERATOR_GRACEFUL_SHUTDOWN_TIMEOUT", default_value = "30s",
           value_parser = go_duration::parse)]
@@ -277,6 +290,15 @@ mod tests {
         assert_eq!(args.ansible_log_events, LogEvents::Tasks);
         assert_eq!(args.ansible_executor, crate::executor::Executor::Warm);
         assert_eq!(args.ansible_run_timeout, Duration::ZERO, "no run timeout");
+        assert!(!args.sharding, "sharding is off by default");
+        assert_eq!(args.sharding_ring, None);
+    }
+
+    #[test]
+    fn sharding_is_a_go_style_boolean() {
+        assert!(run(&["--sharding"]).sharding);
+        assert!(!run(&["--sharding=false"]).sharding);
+        assert_eq!(run(&["--sharding-ring=fleet"]).sharding_ring.as_deref(), Some("fleet"));
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub enum Error {
 /// A watch entry resolved against the API server, ready to run.
 pub struct WatchController {
     ctx: Arc<Context>,
+    /// The watch entry's own selector.
     selector: Selector,
     dependents: Option<Arc<Dependents>>,
 }
@@ -97,6 +98,16 @@ impl WatchController {
         crate::api::Kind { resource: self.ctx.resource.clone(), namespaced: self.ctx.namespaced }
     }
 
+    /// The kind as the sharder assigns it: its resource, scopes and the watch's own selector.
+    pub fn sharded_kind(&self, namespaces: &[String]) -> crate::sharding::sharder::Kind {
+        crate::sharding::sharder::Kind {
+            resource: self.ctx.resource.clone(),
+            namespaced: self.ctx.namespaced,
+            scopes: self.scopes(namespaces),
+            selector: self.selector.clone(),
+        }
+    }
+
     /// The watches this controller runs: one per namespace in `namespaces` (one for all namespaces
     /// when empty, or when the kind is cluster-scoped).
     pub fn scopes(&self, namespaces: &[String]) -> Vec<Option<String>> {
@@ -124,10 +135,21 @@ impl WatchController {
             Some(namespace) => Api::namespaced_with(client, namespace, &ctx.resource),
             None => Api::all_with(client, &ctx.resource),
         };
-        let config = watcher::Config::default().labels_from(&self.selector);
+        let mut selector = self.selector.clone();
+        let sharding = ctx.settings.sharding.clone();
+        if let Some(membership) = &sharding {
+            // Only this shard's CRs: the cache holds this replica's share and no more.
+            selector.extend([membership.selector()]);
+        }
+        let config = watcher::Config::default().labels_from(&selector);
         let writer = Writer::new(ctx.resource.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
+        let drain_label = sharding.as_ref().map(|membership| membership.drain_label());
+        let cached = sharding.as_ref().map(|membership| {
+            crate::metrics::CachedCrs::new(ctx.metrics.clone(), &ctx.gvk_label, &membership.shard)
+        });
+        let store = reader.clone();
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
         let trigger = watcher(api, config)
             .default_backoff()
@@ -142,19 +164,27 @@ impl WatchController {
                 let ctx = ctx.clone();
                 // Watched here rather than through the store: kube's store wakes only one waiter.
                 let mut synced = Some(synced);
-                move |event| match event {
-                    watcher::Event::Delete(object) => remove_runner_dir(&ctx, object),
-                    watcher::Event::InitDone => {
-                        if let Some(token) = synced.take() {
-                            token.synced();
+                let mut cached = cached;
+                move |event| {
+                    match event {
+                        watcher::Event::Delete(object) => remove_runner_dir(&ctx, object),
+                        watcher::Event::InitDone => {
+                            if let Some(token) = synced.take() {
+                                token.synced();
+                            }
                         }
+                        _ => {}
                     }
-                    _ => {}
+                    if let Some(cached) = &mut cached {
+                        cached.set(store.len());
+                    }
                 }
             })
             .applied_objects()
             .predicate_filter(
-                move |object: &DynamicObject| trigger_hash(object, annotations_trigger),
+                move |object: &DynamicObject| {
+                    trigger_hash(object, annotations_trigger, drain_label.as_deref())
+                },
                 PredicateConfig::default(),
             );
         let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(u16::MAX).max(1);
@@ -204,10 +234,15 @@ fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
 
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
-fn trigger_hash(object: &DynamicObject, annotations: bool) -> Option<u64> {
+/// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
+/// CR over.
+fn trigger_hash(object: &DynamicObject, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
     let generation = object.meta().generation?;
     let mut hasher = DefaultHasher::new();
     generation.hash(&mut hasher);
+    if let Some(drain_label) = drain_label {
+        object.labels().contains_key(drain_label).hash(&mut hasher);
+    }
     if annotations {
         object.meta().annotations.hash(&mut hasher);
     } else {
@@ -235,19 +270,32 @@ mod tests {
     fn a_manual_request_triggers_without_annotation_watching() {
         let request =
             json!({(reconcile::annotations::RECONCILE_REQUESTED): "{\"at\":\"2026-11-23T10:00:00Z\"}"});
-        assert_ne!(trigger_hash(&object(1, json!({})), false), trigger_hash(&object(1, request), false));
+        assert_ne!(
+            trigger_hash(&object(1, json!({})), false, None),
+            trigger_hash(&object(1, request), false, None)
+        );
     }
 
     #[test]
     fn only_generation_changes_trigger_by_default() {
-        let base = trigger_hash(&object(1, json!({"a": "1"})), false);
-        assert_eq!(base, trigger_hash(&object(1, json!({"a": "2"})), false));
-        assert_ne!(base, trigger_hash(&object(2, json!({"a": "1"})), false));
+        let base = trigger_hash(&object(1, json!({"a": "1"})), false, None);
+        assert_eq!(base, trigger_hash(&object(1, json!({"a": "2"})), false, None));
+        assert_ne!(base, trigger_hash(&object(2, json!({"a": "1"})), false, None));
     }
 
     #[test]
     fn annotation_changes_trigger_when_opted_in() {
-        let base = trigger_hash(&object(1, json!({"a": "1"})), true);
-        assert_ne!(base, trigger_hash(&object(1, json!({"a": "2"})), true));
+        let base = trigger_hash(&object(1, json!({"a": "1"})), true, None);
+        assert_ne!(base, trigger_hash(&object(1, json!({"a": "2"})), true, None));
+    }
+
+    #[test]
+    fn a_drain_request_triggers_when_sharded() {
+        let drain = "ansible-operator.dev/drain-r";
+        let mut draining = object(1, json!({}));
+        draining.metadata.labels = Some([(drain.to_string(), "true".to_string())].into());
+        let plain = object(1, json!({}));
+        assert_ne!(trigger_hash(&plain, false, Some(drain)), trigger_hash(&draining, false, Some(drain)));
+        assert_eq!(trigger_hash(&plain, false, None), trigger_hash(&draining, false, None));
     }
 }

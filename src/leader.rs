@@ -94,6 +94,8 @@ pub struct Config {
     pub renew_deadline: Duration,
     /// Pause between two attempts to acquire or renew.
     pub retry_period: Duration,
+    /// Labels the Lease carries (a shard Lease names its ring); none for the leader Lease.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Config {
@@ -111,6 +113,7 @@ impl Config {
             lease_duration,
             renew_deadline,
             retry_period: DEFAULT_RETRY_PERIOD,
+            labels: Default::default(),
         }
     }
 
@@ -180,7 +183,7 @@ fn namespace_from(path: &std::path::Path) -> Option<String> {
 }
 
 /// The pod name in a cluster (Kubernetes sets `HOSTNAME`), else the kernel's host name.
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let from_env = std::env::var("HOSTNAME").ok();
     let from_kernel = || std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
     from_env
@@ -191,7 +194,7 @@ fn hostname() -> String {
 }
 
 /// 16 hex digits that differ between processes and between calls.
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     use std::hash::{BuildHasher, Hasher};
     // RandomState is seeded from the OS once per thread and stepped on every `new`.
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -259,7 +262,7 @@ fn holder(lease: Option<&LeaseSpec>) -> Option<&str> {
 }
 
 /// True once `renewTime + leaseDurationSeconds` lies before `now`. A Lease never renewed is expired.
-fn expired(lease: &LeaseSpec, now: Timestamp) -> bool {
+pub(crate) fn expired(lease: &LeaseSpec, now: Timestamp) -> bool {
     let Some(MicroTime(renewed)) = lease.renew_time.as_ref().or(lease.acquire_time.as_ref()) else {
         return true;
     };
@@ -436,7 +439,11 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &Config) -> Result<Round
     match current {
         None => {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(config.name.clone()), ..ObjectMeta::default() },
+                metadata: ObjectMeta {
+                    name: Some(config.name.clone()),
+                    labels: (!config.labels.is_empty()).then(|| config.labels.clone()),
+                    ..ObjectMeta::default()
+                },
                 spec: Some(spec),
             };
             api.create(&crate::kubeapi::post_params(), &lease)
@@ -444,6 +451,9 @@ async fn try_acquire_or_renew(api: &Api<Lease>, config: &Config) -> Result<Round
                 .map_err(|source| Error::Create { lease: lease_ref(), source })?;
         }
         Some(mut lease) => {
+            if !config.labels.is_empty() {
+                lease.metadata.labels.get_or_insert_default().extend(config.labels.clone());
+            }
             lease.spec = Some(spec);
             api.replace(&config.name, &crate::kubeapi::post_params(), &lease)
                 .await

@@ -24,6 +24,7 @@ pub mod proxy;
 pub mod reconcile;
 pub mod remote;
 pub mod runner;
+pub mod sharding;
 pub mod status;
 pub mod template;
 pub mod tls;

@@ -169,6 +169,52 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
 }
 
 #[tokio::test]
+async fn sharded_overlay_runs_three_sharding_replicas_under_a_disruption_budget() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _rbac = operator_rbac();
+    let overlay = deploy().join("sharded");
+    let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), overlay.as_os_str()]);
+    assert!(
+        output.status.success(),
+        "kubectl apply --dry-run=server -k deploy/sharded/: {}",
+        describe(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for object in [
+        "deployment.apps/ansible-operator-controller-manager",
+        "poddisruptionbudget.policy/ansible-operator-controller-manager",
+        "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
+    ] {
+        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("PodSecurity"), "the dry run warned about pod security: {}", describe(&output));
+
+    let rendered =
+        kubectl_ok("kubectl kustomize deploy/sharded/", ["kustomize".as_ref(), overlay.as_os_str()]);
+    let deployment = rendered
+        .split("\n---\n")
+        .find(|doc| doc.contains("kind: Deployment"))
+        .expect("the overlay renders the Deployment");
+    assert!(deployment.contains("replicas: 3"), "{deployment}");
+    assert!(deployment.contains("- --sharding"), "{deployment}");
+    assert!(
+        deployment.contains("name: POD_NAME") && deployment.contains("fieldPath: metadata.name"),
+        "{deployment}"
+    );
+    assert!(rendered.contains("maxUnavailable: 1"), "{rendered}");
+
+    // What the sharder and the shards do: label the watched kinds, keep their Leases.
+    assert!(service_account_can("patch", "memcacheds.cache.example.com", Some("default")));
+    for verb in ["get", "list", "watch", "create", "update"] {
+        assert!(
+            service_account_can(verb, "leases.coordination.k8s.io", Some(OPERATOR_NAMESPACE)),
+            "{verb} leases"
+        );
+    }
+}
+
+#[tokio::test]
 async fn every_manifest_file_under_deploy_passes_server_side_dry_run_on_its_own() {
     let _turn = CLUSTER_OBJECTS.lock().await;
     let client = support::client().await;

@@ -101,6 +101,8 @@ pub struct RunRecord {
     pub objects: Vec<Touched>,
     /// The run's output, while its artifacts exist.
     pub log: Option<String>,
+    /// With `--sharding`: the shard (replica) that ran it.
+    pub shard: Option<String>,
 }
 
 impl RunRecord {
@@ -181,6 +183,9 @@ impl RunRecord {
         if let Some(log) = &self.log {
             spec["log"] = json!(log);
         }
+        if let Some(shard) = &self.shard {
+            spec["shard"] = json!(shard);
+        }
         let mut metadata = json!({
             "name": self.object_name(),
             "labels": self.labels(),
@@ -256,7 +261,15 @@ pub(crate) mod tests {
                 name: "c".into(),
             }],
             log: Some("/r/artifacts/123/stdout".into()),
+            shard: None,
         }
+    }
+
+    #[test]
+    fn a_sharded_run_names_its_shard_and_an_unsharded_one_does_not() {
+        assert!(record().manifest()["spec"].get("shard").is_none());
+        let sharded = RunRecord { shard: Some("pod-a".into()), ..record() };
+        assert_eq!(sharded.manifest()["spec"]["shard"], "pod-a");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     EXECUTOR_FALLBACKS,
     EXECUTOR_WORKER_RESTARTS,
     EXECUTOR_WORKER_RSS,
+    SHARD_CRS,
 ];
 
 const BUILD_INFO: &str = "ansible_operator_build_info";
@@ -54,6 +55,7 @@ const EXECUTOR_RUNS: &str = "ansible_operator_executor_runs_total";
 const EXECUTOR_FALLBACKS: &str = "ansible_operator_executor_fallbacks_total";
 const EXECUTOR_WORKER_RESTARTS: &str = "ansible_operator_executor_worker_restarts_total";
 const EXECUTOR_WORKER_RSS: &str = "ansible_operator_executor_worker_resident_memory_bytes";
+const SHARD_CRS: &str = "ansible_operator_shard_crs";
 
 /// Every `result` of `controller_runtime_reconcile_total`.
 const CONTROLLER_RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
@@ -122,6 +124,7 @@ struct Instruments {
     max_concurrent: Family<Labels<1>, Gauge>,
     runs_in_flight: Gauge,
     runs_waiting: Gauge,
+    shard_crs: Family<Labels<2>, Gauge>,
     executor_runs: Family<Labels<1>, Counter>,
     executor_fallbacks: Family<Labels<1>, Counter>,
     executor_worker_restarts: Counter,
@@ -149,6 +152,7 @@ impl Metrics {
             max_concurrent: Family::default(),
             runs_in_flight: Gauge::default(),
             runs_waiting: Gauge::default(),
+            shard_crs: Family::default(),
             executor_runs: Family::default(),
             executor_fallbacks: Family::default(),
             executor_worker_restarts: Counter::default(),
@@ -223,6 +227,11 @@ impl Metrics {
             EXECUTOR_WORKER_RSS,
             "Resident memory of the warm Ansible worker",
             i.executor_worker_rss.clone(),
+        );
+        registry.register(
+            SHARD_CRS,
+            "With --sharding: CRs assigned to this replica's shard, as held in its watch cache",
+            i.shard_crs.clone(),
         );
         registry.register_collector(Box::new(user::Collector(user.clone())));
         Arc::new(Metrics { registry, instruments, user })
@@ -350,6 +359,29 @@ impl Drop for ReconcileTimer {
         if !self.finished {
             self.record(ReconcileOutcome::Failed);
         }
+    }
+}
+
+/// One watch cache's contribution to `ansible_operator_shard_crs{GVK,shard}` (a kind watched in
+/// several namespaces has one cache each; their sizes add up).
+pub struct CachedCrs {
+    gauge: Gauge,
+    last: i64,
+}
+
+impl CachedCrs {
+    /// Starts counting a cache of `gvk` CRs held by `shard`.
+    pub fn new(metrics: Arc<Metrics>, gvk: &str, shard: &str) -> Self {
+        let labels = [("GVK", gvk.to_string()), ("shard", shard.to_string())];
+        let gauge = metrics.instruments.shard_crs.get_or_create(&labels).clone();
+        Self { gauge, last: 0 }
+    }
+
+    /// The cache now holds `len` CRs.
+    pub fn set(&mut self, len: usize) {
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        self.gauge.inc_by(len - self.last);
+        self.last = len;
     }
 }
 

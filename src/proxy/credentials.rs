@@ -115,6 +115,7 @@ mod tests {
                 name: "n".into(),
                 uid: "u".into(),
                 namespace: None,
+                shard_label: None,
             },
             watch_dependents: true,
             watch_cluster_scoped: false,

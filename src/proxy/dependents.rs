@@ -39,18 +39,27 @@ pub struct Dependents {
     /// Where a triggered owner's next run learns which child changed.
     ledger: Arc<Ledger>,
     namespaces: Vec<String>,
+    /// With sharding: the label selector of this replica's shard (its runs' children carry it).
+    selector: Option<String>,
     owners: RwLock<HashMap<OwnerKind, OwnerRoute>>,
     /// Child kinds watched, by API resource identity, with the owner kinds interested in each.
     children: Mutex<HashMap<String, Arc<RwLock<HashSet<OwnerKind>>>>>,
 }
 
 impl Dependents {
-    /// A registry whose watches are limited to `namespaces` (empty: all).
-    pub fn new(client: Client, namespaces: Vec<String>, ledger: Arc<Ledger>) -> Arc<Self> {
+    /// A registry whose watches are limited to `namespaces` (empty: all) and, with sharding, to
+    /// children labelled with this replica's shard (`selector`).
+    pub fn new(
+        client: Client,
+        namespaces: Vec<String>,
+        ledger: Arc<Ledger>,
+        selector: Option<String>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             ledger,
             namespaces,
+            selector,
             owners: Default::default(),
             children: Default::default(),
         })
@@ -111,7 +120,11 @@ impl Dependents {
             "changes to these children do not trigger a reconcile of their owners",
         );
         let mut seen = Seen::default();
-        let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+        let mut config = watcher::Config::default();
+        if let Some(selector) = &self.selector {
+            config = config.labels(selector);
+        }
+        let mut events = watcher(api, config).default_backoff().boxed();
         while let Some(event) = events.next().await {
             let changed = match event {
                 Ok(watcher::Event::Init) => continue,

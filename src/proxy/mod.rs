@@ -194,7 +194,7 @@ impl Proxy {
                 if parts.method == Method::GET && info.name.is_some() && single_read(info, &query) =>
             {
                 tracing::debug!(path = parts.uri.path(), code = code.as_u16(), "proxied read");
-                self.read_back(response, info, grant).await
+                self.read_back(response, info, grant, parts.uri.path()).await
             }
             (Some(info), None) if recorded.is_some() => {
                 tracing::debug!(method = %parts.method, path = parts.uri.path(), code = code.as_u16(), "proxied write");
@@ -381,19 +381,54 @@ impl Proxy {
         response: Response<kube::client::Body>,
         info: &RequestInfo,
         grant: &Grant,
+        path: &str,
     ) -> Result<Response<Body>, ProxyError> {
         if !response.status().is_success() || self.dependents.is_none() || !grant.watch_dependents {
             return Ok(response.map(box_body));
         }
         let (parts, body) = response.into_parts();
         let bytes = collect(body).await?;
+        let mut bytes = bytes;
         if let Ok(object) = serde_json::from_slice::<Value>(&bytes)
             && grant.owner.is_linked(&object)
         {
             let link = grant.owner.link_for(info.namespace.as_deref());
             self.watch_child(&bytes, info, grant, link);
+            if let Some(patch) = grant.owner.shard_patch(&object)
+                && let Some(relabelled) = self.relabel(path, &patch).await
+            {
+                // The run reads the child as it now is, so a later write of it does not conflict.
+                bytes = relabelled;
+            }
         }
         Ok(Response::from_parts(parts, full(bytes)))
+    }
+
+    /// With sharding: moves a child created before its CR changed shards to the CR's shard, so the
+    /// new owner's dependent watch sees it. Returns the child as written, `None` if that failed.
+    async fn relabel(&self, path: &str, patch: &Value) -> Option<Bytes> {
+        let request = Request::patch(format!("{path}?fieldManager={}", crate::kubeapi::FIELD_MANAGER))
+            .header(header::CONTENT_TYPE, "application/merge-patch+json")
+            .body(kube::client::Body::from(patch.to_string().into_bytes()))
+            .ok()?;
+        match self.client.send(request).await {
+            Ok(response) if response.status().is_success() => {
+                tracing::info!(path, "relabelled a child for its owner's shard");
+                collect(response.into_body()).await.ok()
+            }
+            Ok(response) => {
+                tracing::warn!(
+                    path,
+                    code = response.status().as_u16(),
+                    "could not relabel a child for its owner's shard"
+                );
+                None
+            }
+            Err(error) => {
+                tracing::warn!(path, %error, "could not relabel a child for its owner's shard");
+                None
+            }
+        }
     }
 
     /// Exec, attach, port-forward: forward the upgrade, then copy bytes both ways.

@@ -24,6 +24,9 @@ pub struct Owner {
     pub uid: String,
     /// Namespace; `None` for a cluster-scoped CR.
     pub namespace: Option<String>,
+    /// With sharding: the CR's shard label (key, value), given to every child the run creates so
+    /// that the owner's replica watches it.
+    pub shard_label: Option<(String, String)>,
 }
 
 /// How a child is tied to its owner.
@@ -107,6 +110,13 @@ impl Owner {
         let metadata = object.as_object_mut()?.entry("metadata").or_insert_with(|| json!({}));
         let metadata = metadata.as_object_mut()?;
         let link = self.link_for(child_namespace);
+        if let Some((key, value)) = &self.shard_label {
+            let labels = metadata.entry("labels").or_insert_with(|| Value::Object(Map::new()));
+            if !labels.is_object() {
+                *labels = Value::Object(Map::new());
+            }
+            labels.as_object_mut()?.insert(key.clone(), value.clone().into());
+        }
         match link {
             Link::OwnerReference => {
                 let refs = metadata.entry("ownerReferences").or_insert_with(|| json!([]));
@@ -156,6 +166,19 @@ impl Owner {
         }
     }
 
+    /// With sharding: the merge patch that gives a child of this owner the owner's current shard
+    /// label, when it carries another (it was created before the CR moved), or `None`.
+    pub fn shard_patch(&self, object: &Value) -> Option<Value> {
+        let (key, value) = self.shard_label.as_ref()?;
+        let metadata = &object["metadata"];
+        if !self.is_linked(object) || metadata["labels"][key] == value.as_str() {
+            return None;
+        }
+        Some(json!({
+            "metadata": {"resourceVersion": metadata["resourceVersion"], "labels": {(key.as_str()): value}}
+        }))
+    }
+
     /// A merge patch that takes this owner's `link` off `object` (as read, with its
     /// resourceVersion, so a concurrent change makes the patch fail instead of being overwritten).
     /// `None` when the object does not carry it.
@@ -192,7 +215,38 @@ mod tests {
             name: "m".into(),
             uid: "u-1".into(),
             namespace: namespace.map(Into::into),
+            shard_label: None,
         }
+    }
+
+    #[test]
+    fn a_child_from_before_a_move_is_relabelled_for_the_owner_s_shard() {
+        let key = "ansible-operator.dev/shard-r";
+        let owner = Owner { shard_label: Some((key.into(), "pod-b".into())), ..owner(Some("ns")) };
+        let mut child = json!({"metadata": {"resourceVersion": "5", "labels": {key: "pod-a"}}});
+        assert_eq!(owner.shard_patch(&child), None, "not this owner's child");
+        let _ = owner.inject(&mut child, Some("ns"));
+        assert_eq!(owner.shard_patch(&child), None, "already on the owner's shard");
+        child["metadata"]["labels"][key] = json!("pod-a");
+        assert_eq!(
+            owner.shard_patch(&child),
+            Some(json!({"metadata": {"resourceVersion": "5", "labels": {key: "pod-b"}}}))
+        );
+        assert_eq!(super::tests::owner(Some("ns")).shard_patch(&child), None, "no sharding");
+    }
+
+    #[test]
+    fn a_sharded_owner_labels_its_children_with_its_shard() {
+        let owner = Owner {
+            shard_label: Some(("ansible-operator.dev/shard-r".into(), "pod-a".into())),
+            ..owner(Some("ns"))
+        };
+        let mut body = json!({"kind": "ConfigMap", "metadata": {"name": "c", "labels": {"app": "x"}}});
+        owner.inject(&mut body, Some("ns"));
+        assert_eq!(body["metadata"]["labels"], json!({"app": "x", "ansible-operator.dev/shard-r": "pod-a"}));
+        let mut unsharded = json!({"kind": "ConfigMap", "metadata": {"name": "c"}});
+        super::tests::owner(Some("ns")).inject(&mut unsharded, Some("ns"));
+        assert!(unsharded["metadata"].get("labels").is_none(), "no label without sharding");
     }
 
     #[test]

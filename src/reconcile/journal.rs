@@ -190,6 +190,7 @@ fn record(
         tasks_omitted: outcome.map_or(0, |o| o.tasks_omitted),
         objects: journal.writes.clone(),
         log: journal.log.clone(),
+        shard: ctx.settings.sharding.as_ref().map(|membership| membership.shard.clone()),
     }
 }
 

@@ -79,6 +79,8 @@ pub struct Settings {
     pub live: Arc<crate::history::LiveRuns>,
     /// `--trust-cr-templates`: Jinja in CR strings is evaluated (a watch's `trustCRTemplates` wins).
     pub trust_cr_templates: bool,
+    /// With `--sharding`: this replica's ring and shard.
+    pub sharding: Option<crate::sharding::Membership>,
 }
 
 /// Everything a reconcile of one watched kind needs.
@@ -187,6 +189,9 @@ pub enum Error {
         /// namespace/name.
         key: String,
     },
+    /// Letting a CR go to another shard failed.
+    #[error("hand the CR over to another shard")]
+    HandOver(#[source] crate::sharding::Error),
 }
 
 /// Reconciles one CR. Called by the controller, at most once at a time per CR.
@@ -200,6 +205,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         name = object.name_any(),
         job = %ident,
     );
+    if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(object.labels())) {
+        return hand_over(&object, &ctx, membership).instrument(span).await;
+    }
     let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
     let mut journal = Journal::default();
     let result =
@@ -218,6 +226,27 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
             timer.finish(ReconcileOutcome::Failed);
             Err(error)
         }
+    }
+}
+
+/// The sharder asked this replica to let the CR go: no run of it is in flight here (the controller
+/// runs one reconcile per CR at a time, and this is one), so drop its shard and drain labels. The
+/// CR then leaves this replica's watch, and the sharder gives it to its new shard.
+async fn hand_over(
+    object: &DynamicObject,
+    ctx: &Context,
+    membership: &crate::sharding::Membership,
+) -> Result<Action, Error> {
+    let api = api_for(ctx, object);
+    match crate::sharding::acknowledge_drain(&api, object, membership).await {
+        Ok(()) => {
+            tracing::info!(shard = %membership.shard, "handed the CR over to another shard");
+            ctx.backoff.reset(&key_of(object));
+            Ok(Action::await_change())
+        }
+        // The cached copy is older than the CR: the watch brings the newer one, and its labels decide.
+        Err(error) if error.is_conflict() => Ok(Action::requeue(Duration::from_millis(200))),
+        Err(error) => Err(Error::HandOver(error)),
     }
 }
 
@@ -609,6 +638,10 @@ fn proxy_credential(
         name: object.name_any(),
         uid: object.uid().unwrap_or_default(),
         namespace: object.namespace().filter(|_| ctx.namespaced),
+        shard_label: ctx.settings.sharding.as_ref().and_then(|membership| {
+            let key = membership.shard_label();
+            object.labels().get(&key).map(|shard| (key, shard.clone()))
+        }),
     };
     let issued = proxy.credentials().issue(Grant {
         owner,
