@@ -218,15 +218,18 @@ async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ss
     // Failover, on a shorter period than the sample's 30 s: a member whose process died is
     // restarted on its data; a member whose data directory is gone is replaced by an empty one
     // that catches up. Both show in status.members.
-    let period = json!({"metadata": {"annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "5s"}}});
+    let period =
+        json!({"metadata": {"annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "5s"}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&period)).await.unwrap();
     let crashed = member_pid(&all[2], &ns.name, name).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(crashed as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(crashed as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
     let restarted = failover(&api, name, "host3", "restarted").await;
     assert!(member_pid(&all[2], &ns.name, name).is_some_and(|pid| pid != crashed), "{restarted:?}");
 
     let lost = member_pid(&all[3], &ns.name, name).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lost as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lost as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
     std::fs::remove_dir_all(install_dir(&all[3], &ns.name, name).join("data")).unwrap();
     failover(&api, name, "host4", "replaced").await;
     assert_members(&all[0], client_port, &["host1", "host3", "host4"]).await;
