@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the Rust test suite against the local control plane in parallel lanes: test binaries that
 # share nothing run side by side (each integration test uses its own namespace); the ones that share
-# the SSH test hosts run one after another in their own lane. Builds the tests once first.
+# the SSH test hosts run one after another in their own lane; a test that changes what every other
+# test relies on (tests/in_cluster.rs: `make undeploy` deletes the sample CRDs) runs by itself after
+# the lanes. Builds the tests once first.
 #
 #   hack/test-lanes.sh warm   every test binary, operators on the warm executor (the default)
 #   hack/test-lanes.sh cold   the same again with ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold, except the
@@ -21,16 +23,21 @@ logs="$repo/target/test-lanes"
 mkdir -p "$logs"
 cd "$repo"
 
-# Lanes: each line is one lane, run in order within the lane; lanes run at the same time.
+# Lanes: each line is one lane, run in order within the lane; lanes run at the same time. `alone`
+# runs after every lane has ended.
+alone=""
 case "$pass" in
   warm)
     lanes=(
       "--lib --bins --test ssh --test etcd_cluster"
-      "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test sharding --test endpoints --test node --test pod_modules --test in_cluster"
+      "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test sharding --test endpoints --test node --test pod_modules"
       "--test executor --test core --test extra_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults"
       "--test history --test api --test console --test storm"
       "python"
     )
+    # After the lanes, by itself: `make undeploy` deletes the sample CRDs, and with them every CR
+    # of those kinds the other tests still use.
+    alone="--test in_cluster"
     ;;
   cold)
     export ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold
@@ -60,7 +67,7 @@ esac
 if [[ "$pass" == warm ]]; then
   for file in tests/*.rs; do
     name=$(basename "$file" .rs)
-    if [[ " ${lanes[*]} " != *" --test $name "* ]]; then
+    if [[ " ${lanes[*]} ${alone} " != *" --test $name "* ]]; then
       echo "test-lanes: tests/$name.rs is in no lane of the warm pass: add it to hack/test-lanes.sh" >&2
       exit 2
     fi
@@ -119,6 +126,14 @@ failed=()
 for name in "${!pids[@]}"; do
   wait "${pids[$name]}" || failed+=("$name")
 done
+if [[ ${NODE:-1} == 0 ]]; then
+  alone=$(without_node_tests "$alone")
+fi
+if [[ -n "$alone" ]]; then
+  echo "test-lanes: $pass-alone: $alone"
+  run_lane "$alone" "$logs/$pass-alone.log" || failed+=("$pass-alone")
+  pids[$pass-alone]=
+fi
 for name in "${!pids[@]}"; do
   grep -hE '^test result|^[0-9]+ passed|[0-9]+ failed|^lane took' "$logs/$name.log" | sed "s/^/  $name: /" || true
 done
