@@ -209,12 +209,9 @@ fn result_name(result: RunResult) -> &'static str {
     }
 }
 
-/// A valid label value: at most 63 characters, alphanumerics with `-`, `_`, `.` inside.
+/// A valid label value: empty, or a label name's syntax.
 fn is_label_value(value: &str) -> bool {
-    value.len() <= 63
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        && value.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
-        && value.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+    value.is_empty() || crate::watches::selector::is_label_name(value)
 }
 
 #[cfg(test)]

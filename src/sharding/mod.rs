@@ -25,6 +25,8 @@ use kube::core::Expression;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::watches::selector::is_label_name;
+
 /// Domain of the labels sharding sets (the project's own, as its annotations).
 pub const DOMAIN: &str = "ansible-operator.dev";
 /// Label on each shard Lease naming its ring.
@@ -81,7 +83,7 @@ impl Membership {
     /// Checks that `ring` fits in a label name; `shard` is made a label value.
     pub fn new(ring: impl Into<String>, shard: &str) -> Result<Self> {
         let ring = ring.into();
-        if !is_label_part(&format!("shard-{ring}")) {
+        if !is_label_name(&format!("shard-{ring}")) {
             return Err(Error::Ring { ring });
         }
         Ok(Self { ring, shard: label_value(shard) })
@@ -148,16 +150,6 @@ fn label_value(text: &str) -> String {
         .collect();
     let trimmed = mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric());
     if trimmed.is_empty() { "shard".to_string() } else { trimmed.to_string() }
-}
-
-/// Whether `part` is a valid label name (the part after the prefix).
-fn is_label_part(part: &str) -> bool {
-    let bytes = part.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= LABEL_PART_MAX
-        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
 }
 
 /// The owner's half of the handover: drop the shard and drain labels of `object`, which this replica

@@ -18,7 +18,7 @@ mod load;
 mod namespaces;
 mod overrides;
 mod paths;
-mod selector;
+pub(crate) mod selector;
 #[cfg(test)]
 mod test_support;
 mod watch;

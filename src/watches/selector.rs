@@ -142,7 +142,9 @@ fn check_value(value: &str) -> Result<(), String> {
     }
 }
 
-fn is_label_name(name: &str) -> bool {
+/// A valid label name part or non-empty label value: 1 to 63 of letters, digits, `-`, `_`, `.`,
+/// starting and ending with a letter or digit.
+pub(crate) fn is_label_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     match (bytes.first(), bytes.last()) {
         (Some(first), Some(last)) => {
