@@ -93,9 +93,36 @@ fn run_processes(sleep: u32) -> Vec<u32> {
     panic!("no ansible-runner above the hung sleep {sleep}: {found:?}");
 }
 
-fn runs_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+/// Waits until none of `processes` runs any more.
+async fn wait_until_ended(what: &str, processes: &[u32], timeout: Duration) {
+    support::wait_for(what, timeout, || async {
+        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
+        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
+    })
+    .await
+}
+
+/// Waits for a run record of `cr` with `result` (`Failure`, `TimedOut`, ...); returns it.
+async fn wait_for_record(
+    client: &kube::Client,
+    namespace: &str,
+    cr: &DynamicObject,
+    result: &str,
+) -> DynamicObject {
     let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
-    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"))
+    let runs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"),
+    );
+    let uid = cr.uid().unwrap();
+    support::wait_for(&format!("a {result} run record"), WAIT, || async {
+        let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
+        let records = runs.list(&params).await.map_err(|e| e.to_string())?.items;
+        let results: Vec<Value> = records.iter().map(|r| r.data["spec"]["result"].clone()).collect();
+        Ok(records.into_iter().find(|r| r.data["spec"]["result"] == result).ok_or(format!("{results:?}")))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -117,24 +144,12 @@ async fn a_hung_run_times_out_with_its_task_named_leaves_nothing_running_and_is_
 
     let failed = wait_for_timeout(&api, "stuck").await;
     assert_eq!(failure_message(&failed), "run timed out after 10s while running task \"hang forever\"");
-    support::wait_for("the timed-out run's processes to end", Duration::from_secs(10), || async {
-        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
-        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
-    })
-    .await;
+    wait_until_ended("the timed-out run's processes to end", &processes, Duration::from_secs(10)).await;
 
     let retried = wait_for_sleeps(&markers, "stuck", 2).await;
     assert_ne!(retried[1], first, "a new run reached the task again");
 
-    let runs = runs_api(&client, &ns.name);
-    let uid = cr.uid().unwrap();
-    let record = support::wait_for("a TimedOut run record", WAIT, || async {
-        let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
-        let records = runs.list(&params).await.map_err(|e| e.to_string())?.items;
-        let results: Vec<Value> = records.iter().map(|r| r.data["spec"]["result"].clone()).collect();
-        Ok(records.into_iter().find(|r| r.data["spec"]["result"] == "TimedOut").ok_or(format!("{results:?}")))
-    })
-    .await;
+    let record = wait_for_record(&client, &ns.name, &cr, "TimedOut").await;
     assert_eq!(record.data["spec"]["message"], "run timed out after 10s while running task \"hang forever\"");
     assert_eq!(record.labels().get("ansible-operator.dev/result").map(String::as_str), Some("TimedOut"));
 }
@@ -213,11 +228,7 @@ async fn an_operator_killed_mid_run_leaves_nothing_running_once_restarted_and_ev
     api.patch("stuck", &PatchParams::default(), &Patch::Merge(&fixed)).await.unwrap();
 
     let _second = OperatorConfig::new(&watches, &ns.name).start();
-    support::wait_for("the killed operator's run to be ended", Duration::from_secs(30), || async {
-        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
-        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
-    })
-    .await;
+    wait_until_ended("the killed operator's run to be ended", &processes, Duration::from_secs(30)).await;
     support::wait_for_condition(&api, "stuck", "Successful", "True", WAIT).await;
     support::wait_for_absent(&api, "doomed", WAIT).await;
     assert_eq!(sleeps(&markers, "stuck"), [sleep], "no run hung again after the fix");
@@ -252,15 +263,7 @@ async fn a_killed_ansible_playbook_is_a_failure_naming_the_signal_and_the_cr_con
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(playbook as i32), nix::sys::signal::Signal::SIGKILL)
         .unwrap();
 
-    let runs = runs_api(&client, &ns.name);
-    let uid = cr.uid().unwrap();
-    let record = support::wait_for("a Failure run record", WAIT, || async {
-        let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
-        let records = runs.list(&params).await.map_err(|e| e.to_string())?.items;
-        let results: Vec<Value> = records.iter().map(|r| r.data["spec"]["result"].clone()).collect();
-        Ok(records.into_iter().find(|r| r.data["spec"]["result"] == "Failure").ok_or(format!("{results:?}")))
-    })
-    .await;
+    let record = wait_for_record(&client, &ns.name, &cr, "Failure").await;
     // The warm worker sees the signal; a cold run's ansible-runner records only that there was one.
     let by = match std::env::var("ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR").as_deref() {
         Ok("cold") => "a signal",
@@ -271,11 +274,7 @@ async fn a_killed_ansible_playbook_is_a_failure_naming_the_signal_and_the_cr_con
 
     let converged = support::wait_for_condition(&api, "shot", "Successful", "True", WAIT).await;
     assert_eq!(support::condition(&converged, "Successful").unwrap()["observedGeneration"], 2);
-    support::wait_for("the killed run's processes to end", Duration::from_secs(30), || async {
-        let left: Vec<u32> = processes.iter().copied().filter(|pid| running(*pid)).collect();
-        Ok(if left.is_empty() { Ok(()) } else { Err(format!("still running: {left:?} of {processes:?}")) })
-    })
-    .await;
+    wait_until_ended("the killed run's processes to end", &processes, Duration::from_secs(30)).await;
     assert_eq!(sleeps(&markers, "shot"), [sleep], "the retry ran with the fixed spec");
 }
 
