@@ -2,7 +2,8 @@
 //! replica reconciles its share (each CR once, shares within ±20%, each cache holding only its
 //! share), a SIGKILLed replica's CRs move to the others within the lease duration + 10 s, a new
 //! replica takes its share through the drain handover, a replica stopped with SIGTERM hands its
-//! CRs on at once, and no two runs of one CR ever overlap. Children created through the proxy carry
+//! CRs on at once, scaling 3 → 5 moves little more than the new shards' share, and across scaling
+//! 3 → 5 → 2 and a rolling restart no two runs of one CR ever overlap. Children created through the proxy carry
 //! their owner's shard, and the run history names it. Without `--sharding` nothing is labelled.
 //!
 //! The replicas run a stand-in `ansible-runner` (like bench/stub) that appends `start`/`end` lines
@@ -111,6 +112,11 @@ struct Run {
 
 fn now_nanos() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos()
+}
+
+/// The time from one `now_nanos` to a later one.
+fn between(from: u128, to: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(to - from).unwrap())
 }
 
 /// A sharded replica named `name` on the stub, with a metrics port.
@@ -340,7 +346,7 @@ async fn killed_stopped_and_new_replicas_hand_crs_on_without_overlapping_runs() 
         },
     )
     .await;
-    let took = Duration::from_nanos(u64::try_from(recovered - killed_at).unwrap());
+    let took = between(killed_at, recovered);
     eprintln!("replica-b's {} CRs ran elsewhere {took:?} after the kill", on_b.len());
     assert!(took <= deadline, "recovery took {took:?}, more than {deadline:?}");
     let after_kill = by_shard(&api.list(&ListParams::default()).await.unwrap().items);
@@ -393,7 +399,7 @@ async fn killed_stopped_and_new_replicas_hand_crs_on_without_overlapping_runs() 
             Ok(if waiting == 0 { Ok(now_nanos()) } else { Err(format!("{waiting} still waiting")) })
         })
         .await;
-    let took = Duration::from_nanos(u64::try_from(handed_on - stopped_at).unwrap());
+    let took = between(stopped_at, handed_on);
     eprintln!("replica-a's {} CRs ran elsewhere {took:?} after it stopped", on_a.len());
     assert!(
         took < Duration::from_secs(LEASE_SECONDS),
@@ -408,6 +414,112 @@ async fn killed_stopped_and_new_replicas_hand_crs_on_without_overlapping_runs() 
     let total: usize = runs.values().map(Vec::len).sum();
     eprintln!("{total} runs of {COUNT} CRs checked for overlap");
     assert_no_overlap(&runs);
+}
+
+/// Waits until every CR is labelled for one of `shards`, none is draining, each shard owns at
+/// least `min`, and every CR has run on its shard since `since`; returns the CRs per shard.
+async fn wait_settled(
+    api: &Api<DynamicObject>,
+    stub: &Stub,
+    shards: &[&str],
+    min: usize,
+    since: u128,
+) -> BTreeMap<String, Vec<String>> {
+    support::wait_for(&format!("the CRs to settle on {shards:?}"), WAIT, || async {
+        let crs = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        let owned = by_shard(&crs);
+        let counts: BTreeMap<&String, usize> = owned.iter().map(|(s, l)| (s, l.len())).collect();
+        let runs = stub.runs();
+        let waiting = crs
+            .iter()
+            .filter(|cr| {
+                let shard = cr.labels().get(SHARD_LABEL);
+                !runs.get(&cr.name_any()).is_some_and(|list| {
+                    list.iter().any(|r| Some(&r.replica) == shard && r.start > since && r.end.is_some())
+                })
+            })
+            .count();
+        let draining = crs.iter().filter(|cr| cr.labels().contains_key(DRAIN_LABEL)).count();
+        let placed = owned.keys().all(|s| shards.contains(&s.as_str()))
+            && shards.iter().all(|s| owned.get(*s).is_some_and(|l| l.len() >= min));
+        Ok(if placed && draining == 0 && waiting == 0 {
+            Ok(owned)
+        } else {
+            Err(format!("{counts:?}, {draining} draining, {waiting} not yet run on their shard"))
+        })
+    })
+    .await
+}
+
+/// CRs whose shard changed between two placements, among those whose old shard still exists.
+fn moved(before: &BTreeMap<String, Vec<String>>, after: &BTreeMap<String, Vec<String>>) -> usize {
+    before
+        .iter()
+        .filter(|(shard, _)| after.contains_key(*shard))
+        .map(|(shard, crs)| crs.iter().filter(|cr| !after[shard].contains(cr)).count())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scaling_three_to_five_to_two_and_a_rolling_restart_never_overlap_runs() {
+    const COUNT: usize = 30;
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "sharding-scale").await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let stub = Stub::new("sharding-scale");
+    let periodic = ["--reconcile-period=8s"];
+    let start = |name: &str| replica(&ns.name, &stub, name, "0.5", &periodic).0;
+    let mut replicas: BTreeMap<String, Operator> =
+        ["r1", "r2", "r3"].into_iter().map(|name| (name.to_string(), start(name))).collect();
+    wait_for_members(&client, &ns.name, &["r1", "r2", "r3"]).await;
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    create_crs(&api, COUNT).await;
+    let three = wait_settled(&api, &stub, &["r1", "r2", "r3"], 6, 0).await;
+
+    // 3 → 5: the new shards take their share; the old ones give up no more than that.
+    for name in ["r4", "r5"] {
+        replicas.insert(name.to_string(), start(name));
+    }
+    let since = now_nanos();
+    let five = wait_settled(&api, &stub, &["r1", "r2", "r3", "r4", "r5"], 3, since).await;
+    // The least that can move is what the new shards now own; bounded loads may move a few more.
+    let moves = moved(&three, &five);
+    let needed = five["r4"].len() + five["r5"].len();
+    eprintln!("3 → 5 replicas: {moves} CRs moved ({needed} needed), took {:?}", elapsed_since(since));
+    assert!(moves <= needed + 3, "3 → 5 moved {moves} CRs for {needed}: {three:?} → {five:?}");
+
+    // 5 → 2, as a Deployment scales down: SIGTERM to three replicas at once, the sharder among them.
+    let mut leaving: Vec<Operator> =
+        ["r1", "r3", "r5"].iter().map(|name| replicas.remove(*name).unwrap()).collect();
+    let since = now_nanos();
+    std::thread::scope(|scope| {
+        for operator in &mut leaving {
+            scope.spawn(|| operator.terminate(Duration::from_secs(20)).expect("a replica stops on SIGTERM"));
+        }
+    });
+    wait_settled(&api, &stub, &["r2", "r4"], 10, since).await;
+    eprintln!("5 → 2 replicas settled in {:?}", elapsed_since(since));
+
+    // A rolling restart: each replica replaced by a new Pod, started before the old one stops.
+    let since = now_nanos();
+    for (old, new) in [("r2", "r2-new"), ("r4", "r4-new")] {
+        replicas.insert(new.to_string(), start(new));
+        wait_for_members(&client, &ns.name, &[new]).await;
+        replicas.remove(old).unwrap().terminate(Duration::from_secs(20)).expect("the old replica stops");
+    }
+    wait_settled(&api, &stub, &["r2-new", "r4-new"], 10, since).await;
+    eprintln!("rolling restart settled in {:?}", elapsed_since(since));
+
+    replicas.clear();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let runs = stub.runs();
+    let total: usize = runs.values().map(Vec::len).sum();
+    eprintln!("{total} runs of {COUNT} CRs checked for overlap");
+    assert_no_overlap(&runs);
+}
+
+fn elapsed_since(nanos: u128) -> Duration {
+    between(nanos, now_nanos())
 }
 
 #[tokio::test(flavor = "multi_thread")]
