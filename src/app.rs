@@ -147,6 +147,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let mut leadership = match (&sharding, leader_config(&args)?) {
             (Some(sharding), _) => {
                 // A member first: the controllers start only while this replica holds its shard Lease.
+                let membership = &sharding.membership;
+                readiness.joining(
+                    format!("shard {} of ring {}", membership.shard, membership.ring),
+                    format!("{}/{}", sharding.lease.namespace, sharding.lease.name),
+                );
                 let (mut member, task) = leader::spawn(client.clone(), sharding.lease.clone(), membership_stop.clone());
                 tokio::select! {
                     held = member.wait_for(|held| *held) => held.context("shard lease campaign stopped")?,
@@ -157,7 +162,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                         return Ok(());
                     }
                 };
-                tracing::info!(ring = %sharding.membership.ring, shard = %sharding.membership.shard, "joined the sharding ring");
+                tracing::info!(ring = %membership.ring, shard = %membership.shard, "joined the sharding ring");
+                readiness.joined();
+                metrics.set_shard(&membership.ring, &membership.shard);
                 // The leader Lease only picks the sharder: every replica reconciles its share.
                 let (leading, _task) = leader::spawn(client.clone(), sharding.leader.clone(), shutdown.clone());
                 let kinds = controllers.iter().map(|controller| controller.sharded_kind(&namespaces)).collect();

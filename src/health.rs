@@ -3,7 +3,7 @@
 //!
 //! Upstream's `/readyz` is a plain ping; ours also waits for the watches' initial lists, so a
 //! rolling update does not route traffic (or hand over leadership) to a pod that has not yet seen
-//! its objects.
+//! its objects. With `--sharding` it also waits for the replica's shard Lease, and names the shard.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -22,19 +22,38 @@ pub struct Readiness {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct State {
     started: bool,
     registered: usize,
     synced: usize,
+    shard: Option<Shard>,
+}
+
+/// With `--sharding`: this replica's shard and whether it holds the shard's Lease.
+#[derive(Debug, Clone)]
+struct Shard {
+    /// `shard <shard> of ring <ring>`.
+    name: String,
+    /// `<namespace>/<name>` of the shard Lease.
+    lease: String,
+    joined: bool,
 }
 
 /// What `/readyz` reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum ReadinessStatus {
     /// Started, and every registered watch has synced.
-    Ready,
+    Ready {
+        /// With `--sharding`: `shard <shard> of ring <ring>`.
+        shard: Option<String>,
+    },
+    /// With `--sharding`: the replica does not hold its shard Lease (yet).
+    Joining {
+        /// `<namespace>/<name>` of the shard Lease.
+        lease: String,
+    },
     /// Watches are still being registered ([`Readiness::mark_started`] not called yet).
     Starting,
     /// Some watches have not synced yet.
@@ -50,7 +69,11 @@ impl ReadinessStatus {
     /// The `/readyz` answer: status code and body.
     fn response(self) -> (StatusCode, String) {
         match self {
-            ReadinessStatus::Ready => (StatusCode::OK, "ok".to_string()),
+            ReadinessStatus::Ready { shard: None } => (StatusCode::OK, "ok".to_string()),
+            ReadinessStatus::Ready { shard: Some(shard) } => (StatusCode::OK, format!("ok: {shard}")),
+            ReadinessStatus::Joining { lease } => {
+                (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: waiting for the shard Lease {lease}"))
+            }
             ReadinessStatus::Starting => {
                 (StatusCode::SERVICE_UNAVAILABLE, "not ready: watches are still being set up".to_string())
             }
@@ -94,19 +117,35 @@ impl Readiness {
         self.lock().started = true;
     }
 
+    /// With `--sharding`: the replica is not ready until [`Readiness::joined`], and then names its
+    /// shard (`shard <shard> of ring <ring>`) and its Lease (`<namespace>/<name>`).
+    pub fn joining(&self, shard: String, lease: String) {
+        self.lock().shard = Some(Shard { name: shard, lease, joined: false });
+    }
+
+    /// The replica holds its shard Lease.
+    pub fn joined(&self) {
+        if let Some(shard) = &mut self.lock().shard {
+            shard.joined = true;
+        }
+    }
+
     /// The current readiness.
     pub fn status(&self) -> ReadinessStatus {
-        let state = *self.lock();
+        let state = self.lock().clone();
+        if let Some(Shard { lease, joined: false, .. }) = state.shard {
+            return ReadinessStatus::Joining { lease };
+        }
         match (state.started, state.registered - state.synced) {
             (false, _) => ReadinessStatus::Starting,
-            (true, 0) => ReadinessStatus::Ready,
+            (true, 0) => ReadinessStatus::Ready { shard: state.shard.map(|shard| shard.name) },
             (true, pending) => ReadinessStatus::Syncing { pending, total: state.registered },
         }
     }
 
     /// True when [`Readiness::status`] is [`ReadinessStatus::Ready`].
     pub fn is_ready(&self) -> bool {
-        self.status() == ReadinessStatus::Ready
+        matches!(self.status(), ReadinessStatus::Ready { .. })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -148,7 +187,22 @@ mod tests {
         let readiness = Readiness::new();
         assert_eq!(readiness.status(), ReadinessStatus::Starting);
         readiness.mark_started();
-        assert_eq!(readiness.status(), ReadinessStatus::Ready);
+        assert_eq!(readiness.status(), ReadinessStatus::Ready { shard: None });
+    }
+
+    #[test]
+    fn a_shard_is_ready_once_it_holds_its_lease_and_says_which_it_is() {
+        let readiness = Readiness::new();
+        readiness.joining("shard a of ring r".to_string(), "ops/r-shard-a".to_string());
+        readiness.mark_started();
+        let (status, body) = readiness.status().response();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "not ready: waiting for the shard Lease ops/r-shard-a");
+        readiness.joined();
+        let token = readiness.register();
+        assert_eq!(readiness.status(), ReadinessStatus::Syncing { pending: 1, total: 1 });
+        token.synced();
+        assert_eq!(readiness.status().response(), (StatusCode::OK, "ok: shard a of ring r".to_string()));
     }
 
     #[test]

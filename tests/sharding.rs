@@ -557,12 +557,28 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     support::install_run_records_crd(&client).await;
     // A real playbook (marker.yml writes ConfigMap <name>-marker through the proxy).
+    let (health, metrics) = (support::free_port(), support::free_port());
     let _operator = OperatorConfig::new(&watches(), &ns.name)
         .arg("--sharding")
         .arg(format!("--leader-election-id={RING}"))
         .arg(format!("--leader-election-namespace={}", ns.name))
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{health}"))
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
         .env("POD_NAME", "replica-a")
         .start();
+    // Readiness and metrics name the shard.
+    let body = support::wait_for("/readyz to answer 200", WAIT, || async {
+        let reply = support::http_get(health, "/readyz", None);
+        Ok(match reply {
+            Some((200, body)) => Ok(body),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await;
+    assert_eq!(body, format!("ok: shard replica-a of ring {RING}"));
+    let (_, text) = support::http_get(metrics, "/metrics", None).unwrap();
+    let info = format!("ansible_operator_shard_info{{ring=\"{RING}\",shard=\"replica-a\"}} 1");
+    assert!(text.contains(&info), "{info} in\n{text}");
     let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     let cr = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;

@@ -39,6 +39,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     EXECUTOR_WORKER_RESTARTS,
     EXECUTOR_WORKER_RSS,
     SHARD_CRS,
+    SHARD_INFO,
 ];
 
 const BUILD_INFO: &str = "ansible_operator_build_info";
@@ -56,6 +57,7 @@ const EXECUTOR_FALLBACKS: &str = "ansible_operator_executor_fallbacks_total";
 const EXECUTOR_WORKER_RESTARTS: &str = "ansible_operator_executor_worker_restarts_total";
 const EXECUTOR_WORKER_RSS: &str = "ansible_operator_executor_worker_resident_memory_bytes";
 const SHARD_CRS: &str = "ansible_operator_shard_crs";
+const SHARD_INFO: &str = "ansible_operator_shard_info";
 
 /// Every `result` of `controller_runtime_reconcile_total`.
 const CONTROLLER_RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
@@ -125,6 +127,7 @@ struct Instruments {
     runs_in_flight: Gauge,
     runs_waiting: Gauge,
     shard_crs: Family<Labels<2>, Gauge>,
+    shard_info: Family<Labels<2>, Gauge>,
     executor_runs: Family<Labels<1>, Counter>,
     executor_fallbacks: Family<Labels<1>, Counter>,
     executor_worker_restarts: Counter,
@@ -153,6 +156,7 @@ impl Metrics {
             runs_in_flight: Gauge::default(),
             runs_waiting: Gauge::default(),
             shard_crs: Family::default(),
+            shard_info: Family::default(),
             executor_runs: Family::default(),
             executor_fallbacks: Family::default(),
             executor_worker_restarts: Counter::default(),
@@ -233,6 +237,12 @@ impl Metrics {
             "With --sharding: CRs assigned to this replica's shard, as held in its watch cache",
             i.shard_crs.clone(),
         );
+        registry.register(
+            SHARD_INFO,
+            "With --sharding: 1, labelled with this replica's ring and shard (join on it to break the \
+             run budget's and the reconciles' series down by shard)",
+            i.shard_info.clone(),
+        );
         registry.register_collector(Box::new(user::Collector(user.clone())));
         Arc::new(Metrics { registry, instruments, user })
     }
@@ -263,6 +273,12 @@ impl Metrics {
         for result in CONTROLLER_RESULTS {
             drop(i.reconcile_total.get_or_create(&[label(), ("result", result.to_string())]));
         }
+    }
+
+    /// With `--sharding`: names this replica's ring and shard (`ansible_operator_shard_info`).
+    pub fn set_shard(&self, ring: &str, shard: &str) {
+        let labels = [("ring", ring.to_string()), ("shard", shard.to_string())];
+        self.instruments.shard_info.get_or_create(&labels).set(1);
     }
 
     /// Counts one running ansible-runner process until the guard is dropped.
@@ -509,6 +525,15 @@ mod tests {
         assert!(types(&text).contains(&(BUILD_INFO.to_string(), "gauge".to_string())));
         assert_eq!(value(&text, BUILD_INFO, &[("commit", "0123abc"), ("version", "v1.38.0")]), Some(1.0));
         assert!(!text.contains("build_info_info"));
+    }
+
+    #[test]
+    fn shard_info_names_ring_and_shard_only_when_set() {
+        let metrics = Metrics::new("v", "c");
+        assert!(!metrics.encode().contains("ansible_operator_shard_info{"));
+        metrics.set_shard("ring", "replica-a");
+        let text = metrics.encode();
+        assert_eq!(value(&text, SHARD_INFO, &[("ring", "ring"), ("shard", "replica-a")]), Some(1.0));
     }
 
     #[test]
