@@ -2,7 +2,7 @@
 //!
 //! Scenarios: (1) the floor, a bare `ansible-runner run`; (2) single-CR latency through the
 //! operator; (3) bursts of CRs at several `--max-concurrent-reconciles`; (4) 1,000 CRs at rest and
-//! after a restart. Scenarios 2–4 run for each flavor: our binary with the `warm` and the `cold`
+//! after a restart; (5) sharding over several operator processes. Scenarios 2–4 run for each flavor: our binary with the `warm` and the `cold`
 //! executor, and optionally a baseline binary, alternating. Timing comes from a watch with
 //! client-side timestamps; memory and CPU from `/proc`. Prints a Markdown report and writes it,
 //! with every raw sample, to `bench/results/<time>/`.
@@ -13,6 +13,7 @@ mod phases;
 mod procfs;
 mod report;
 mod scenarios;
+mod sharding;
 mod stats;
 mod watch;
 
@@ -37,6 +38,7 @@ enum Scenario {
     Single,
     Burst,
     Scale,
+    Sharding,
 }
 
 /// Benchmark of ansible-operator on the local control plane.
@@ -44,7 +46,7 @@ enum Scenario {
 #[command(name = "ansible-operator-bench")]
 struct Args {
     /// Scenarios to run.
-    #[arg(long, value_delimiter = ',', default_value = "floor,single,burst,scale")]
+    #[arg(long, value_delimiter = ',', default_value = "floor,single,burst,scale,sharding")]
     only: Vec<Scenario>,
     /// Measured runs for the floor and single-CR latency (each after one warm-up run).
     #[arg(long, default_value_t = 10)]
@@ -75,6 +77,15 @@ struct Args {
     /// runtime alone; 1,000 real runs take ~8 min on 2 cores); `real`: the real one.
     #[arg(long, value_enum, default_value = "stub")]
     scale_runner: ScaleRunner,
+    /// Replicas compared with one in the sharding scenario.
+    #[arg(long, default_value_t = 3)]
+    sharding_replicas: usize,
+    /// CRs of the sharding scenario's stub workload (the runtime alone, `cold`).
+    #[arg(long, default_value_t = 300)]
+    sharding_stub_crs: usize,
+    /// CRs of the sharding scenario's sleep workload (`warm`, one task waiting 2 s).
+    #[arg(long, default_value_t = 60)]
+    sharding_sleep_crs: usize,
     /// Operator binary to measure; default: `target/release/ansible-operator`, built first.
     #[arg(long)]
     operator_binary: Option<PathBuf>,
@@ -199,6 +210,7 @@ async fn main() -> anyhow::Result<()> {
             "burst_playbook": args.burst_playbook, "scale": args.scale, "scale_idle_seconds": args.scale_idle,
             "scale_concurrency": args.scale_concurrency,
             "scale_runner": format!("{:?}", args.scale_runner).to_lowercase(),
+            "sharding_replicas": args.sharding_replicas,
             "ansible_verbosity": 2, "rotate_artifacts": 20,
         },
     });
@@ -267,6 +279,24 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         results["scale"] = Value::Array(scale);
+    }
+
+    if wants(Scenario::Sharding) {
+        // The stub only stands in for a cold run (see scale_skip); the sleep playbook runs warm.
+        let cold = Flavor::ours(Executor::Cold, &binary, &ctx.venv, args.operator_arg.clone())?;
+        let warm = Flavor::ours(Executor::Warm, &binary, &ctx.venv, args.operator_arg.clone())?;
+        let workloads = [
+            (sharding::Workload::Stub, &cold, args.sharding_stub_crs),
+            (sharding::Workload::Sleep, &warm, args.sharding_sleep_crs),
+        ];
+        let mut rows = Vec::new();
+        for (workload, flavor, n) in workloads {
+            for replicas in [1, args.sharding_replicas] {
+                let concurrency = args.scale_concurrency;
+                rows.push(sharding::sharding(&ctx, flavor, workload, n, replicas, concurrency).await);
+            }
+        }
+        results["sharding"] = Value::Array(rows);
     }
 
     results["load_end"] = json!(procfs::loadavg());

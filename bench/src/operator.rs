@@ -128,6 +128,8 @@ pub struct Launch<'a> {
     pub path_prefix: Option<&'a Path>,
     /// Extra flags.
     pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 /// A running operator. Stopped (SIGTERM, then SIGKILL) when dropped.
@@ -181,6 +183,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("WATCH_NAMESPACE", launch.namespace)
             .env_remove("ANSIBLE_INVENTORY")
+            .envs(launch.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file);
@@ -220,6 +223,12 @@ impl Operator {
             anyhow::bail!("the operator exited ({status}); log tail:\n{}", tail.join("\n"));
         }
         Ok(())
+    }
+
+    /// SIGKILL, as a node or a pod dies.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// SIGTERM, wait up to `grace`, then SIGKILL. Returns the seconds until it exited.

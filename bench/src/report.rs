@@ -323,6 +323,51 @@ pub fn markdown(r: &Value) -> String {
         md.push('\n');
     }
 
+    if let Some(rows) = r["sharding"].as_array() {
+        let _ = writeln!(
+            md,
+            "### 5. Sharding: operator processes with `--sharding`, max-concurrent-reconciles {} each\n",
+            s["scale_concurrency"]
+        );
+        let _ = writeln!(
+            md,
+            "Workload `stub`: the stub runner, `cold` (the runtime alone); `sleep`: one task waiting 2 s, `warm`. Recovery: the last replica SIGKILLed, until its CRs have run on the others (15 s leases).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| workload | CRs | replicas | first create → all Successful s | runs/s | CRs per replica | operator RSS MiB per replica | tree RSS MiB per replica | SIGKILLed replica's CRs ran elsewhere after s |\n|---|---|---|---|---|---|---|---|---|"
+        );
+        for row in rows {
+            let workload = row["workload"].as_str().unwrap_or_default();
+            if let Some(e) = error(row) {
+                let _ = writeln!(md, "| {workload} | {} | {} | {e} | | | | | |", row["crs"], row["replicas"]);
+                continue;
+            }
+            let per_replica = |key: &str, show: fn(&Value) -> String| {
+                let values = row[key].as_object().map(|m| m.values().map(show).collect::<Vec<_>>());
+                values.unwrap_or_default().join(" / ")
+            };
+            let recovery = &row["recovery"];
+            let recovered = if recovery.is_null() {
+                String::new()
+            } else {
+                format!("{} ({} CRs)", secs(&recovery["seconds"]), recovery["crs"])
+            };
+            let _ = writeln!(
+                md,
+                "| {workload} | {} | {} | {} | {:.1} | {} | {} | {} | {recovered} |",
+                row["crs"],
+                row["replicas"],
+                secs(&row["all_successful_seconds"]),
+                f(&row["runs_per_second"]),
+                per_replica("crs_per_replica", |v| v.to_string()),
+                per_replica("operator_rss_bytes", mib),
+                per_replica("tree_rss_bytes", mib),
+            );
+        }
+        md.push('\n');
+    }
+
     if let Some(breakdown) = r["overhead_breakdown_ms"].as_array() {
         let _ = writeln!(
             md,
@@ -403,6 +448,34 @@ mod tests {
             line(&md, "| debug | baseline |"),
             "| debug | baseline | 1.500 | 1.500 | 1.50× |  |  |  |"
         );
+    }
+
+    #[test]
+    fn sharding_rows_list_each_replica_and_the_recovery() {
+        let r = json!({
+            "settings": {"scale_concurrency": 4},
+            "sharding": [
+                {"workload": "sleep", "crs": 60, "replicas": 1, "all_successful_seconds": 40.0,
+                 "runs_per_second": 1.5, "crs_per_replica": {"replica-0": 60},
+                 "operator_rss_bytes": {"replica-0": 20971520}, "tree_rss_bytes": {"replica-0": 125829120}},
+                {"workload": "sleep", "crs": 60, "replicas": 3, "all_successful_seconds": 15.0,
+                 "runs_per_second": 4.0, "crs_per_replica": {"replica-0": 20, "replica-1": 21, "replica-2": 19},
+                 "operator_rss_bytes": {"replica-0": 20971520, "replica-1": 20971520, "replica-2": 20971520},
+                 "tree_rss_bytes": {"replica-0": 0, "replica-1": null, "replica-2": 0},
+                 "recovery": {"replica": "replica-2", "crs": 19, "seconds": 17.25}},
+                {"workload": "stub", "crs": 300, "replicas": 3, "error": "stalled"},
+            ],
+        });
+        let md = markdown(&r);
+        assert_eq!(
+            line(&md, "| sleep | 60 | 1 |"),
+            "| sleep | 60 | 1 | 40.00 | 1.5 | 60 | 20.0 | 120.0 |  |"
+        );
+        assert_eq!(
+            line(&md, "| sleep | 60 | 3 |"),
+            "| sleep | 60 | 3 | 15.00 | 4.0 | 20 / 21 / 19 | 20.0 / 20.0 / 20.0 | – / – / – | 17.25 (19 CRs) |"
+        );
+        assert_eq!(line(&md, "| stub | 300 | 3 |"), "| stub | 300 | 3 | stalled | | | | | |");
     }
 
     #[test]

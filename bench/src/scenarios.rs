@@ -42,11 +42,11 @@ impl Ctx {
         self.bench.join("playbooks").join(format!("{name}.yml"))
     }
 
-    fn scratch(&self, label: &str) -> PathBuf {
+    pub fn scratch(&self, label: &str) -> PathBuf {
         self.work.join(label)
     }
 
-    fn keep_log(&self, operator: &Operator, label: &str) {
+    pub fn keep_log(&self, operator: &Operator, label: &str) {
         let logs = self.out.join("logs");
         let _ = std::fs::create_dir_all(&logs);
         let _ = std::fs::copy(&operator.log, logs.join(format!("{label}.log")));
@@ -58,13 +58,13 @@ fn cr_runner_dir(root: &Path, namespace: &str, name: &str) -> PathBuf {
     root.join(GROUP).join(VERSION).join(KIND).join(namespace).join(name)
 }
 
-/// Waits until every CR of `names` is `Successful` at or after `since`, failing when the operator
-/// exits or nothing progresses for `stall`. Returns how many finished.
-async fn await_all(
+/// Waits until every CR of `names` is `Successful` at or after `since`, failing when one of the
+/// `operators` exits or nothing progresses for `stall`. Returns how many finished.
+pub async fn await_all(
     tracker: &Tracker,
     names: &[String],
     since: f64,
-    operator: &mut Operator,
+    operators: &mut [Operator],
     stall: Duration,
 ) -> anyhow::Result<usize> {
     let mut last = (0, tokio::time::Instant::now());
@@ -73,7 +73,9 @@ async fn await_all(
         if done == names.len() {
             return Ok(done);
         }
-        operator.check_alive()?;
+        for operator in operators.iter_mut() {
+            operator.check_alive()?;
+        }
         if done > last.0 {
             last = (done, tokio::time::Instant::now());
         } else if last.1.elapsed() > stall {
@@ -83,7 +85,24 @@ async fn await_all(
     }
 }
 
-fn names(prefix: &str, n: usize) -> Vec<String> {
+/// Runs `scenario` in a new namespace named after `prefix`, deleted afterwards; a failure becomes
+/// the result `{"error": …}`.
+pub async fn in_namespace(
+    ctx: &Ctx,
+    prefix: &str,
+    scenario: impl AsyncFnOnce(&str) -> anyhow::Result<Value>,
+) -> Value {
+    let namespace = match cluster::create_namespace(&ctx.client, prefix).await {
+        Ok(ns) => ns,
+        Err(error) => return json!({"error": format!("{error:#}")}),
+    };
+    let result = scenario(&namespace).await;
+    cluster::delete_namespace(&ctx.client, &namespace, Duration::from_secs(120)).await;
+    result.unwrap_or_else(|error| json!({"error": format!("{error:#}")}))
+}
+
+/// `<prefix>-0000`, `<prefix>-0001`, … (`n` names).
+pub fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:04}")).collect()
 }
 
@@ -302,6 +321,7 @@ impl Single {
             dir: &dir,
             path_prefix: None,
             args: Vec::new(),
+            env: Vec::new(),
         };
         single.operator = Some(Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?);
         Ok(())
@@ -316,7 +336,8 @@ impl Single {
         let created = now();
         cluster::create_cr(&self.api, &name, i).await?;
         let stall = Duration::from_secs(if i == 0 { 120 } else { 60 });
-        await_all(tracker, std::slice::from_ref(&name), created, operator, stall).await?;
+        await_all(tracker, std::slice::from_ref(&name), created, std::slice::from_mut(operator), stall)
+            .await?;
         let track = tracker.get(&name);
         let successful = track.successful_since(created).unwrap_or(f64::NAN);
         let phases = phases::read(&cr_runner_dir(&operator.runner_dir, &self.namespace, &name), None);
@@ -409,14 +430,10 @@ pub fn breakdown(single: &Value, floor: &Value) -> Value {
 /// `n` CRs created at once (50 requests in flight) against a warmed-up operator.
 pub async fn burst(ctx: &Ctx, flavor: &Flavor, playbook: &str, n: usize, concurrency: usize) -> Value {
     let label = format!("burst-c{concurrency}-{}", flavor.label);
-    let namespace = match cluster::create_namespace(&ctx.client, &format!("bench-burst-c{concurrency}")).await
-    {
-        Ok(ns) => ns,
-        Err(error) => return json!({"error": format!("{error:#}")}),
-    };
-    let result = burst_in(ctx, flavor, playbook, n, concurrency, &namespace, &label).await;
-    cluster::delete_namespace(&ctx.client, &namespace, Duration::from_secs(120)).await;
-    let mut value = result.unwrap_or_else(|error| json!({"error": format!("{error:#}")}));
+    let mut value = in_namespace(ctx, &format!("bench-burst-c{concurrency}"), async |namespace| {
+        burst_in(ctx, flavor, playbook, n, concurrency, namespace, &label).await
+    })
+    .await;
     value["binary"] = json!(flavor.label);
     value["playbook"] = json!(playbook);
     value["n"] = json!(n);
@@ -443,20 +460,21 @@ async fn burst_in(
         dir: &dir,
         path_prefix: None,
         args: Vec::new(),
+        env: Vec::new(),
     };
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let result = async {
         let warmup = ["warmup".to_string()];
         let created = now();
         cluster::create_cr(&api, "warmup", 0).await?;
-        await_all(&tracker, &warmup, created, &mut operator, Duration::from_secs(120)).await?;
+        await_all(&tracker, &warmup, created, std::slice::from_mut(&mut operator), Duration::from_secs(120)).await?;
 
         let sampler = Sampler::start(operator.pid(), Duration::from_millis(100), true);
         let cpu_before = TreeCpu::read(operator.pid());
         let crs = names("burst", n);
         let start = now();
         let create_secs = cluster::create_many(&api, &crs, 50).await?;
-        let waited = await_all(&tracker, &crs, start, &mut operator, Duration::from_secs(120)).await;
+        let waited = await_all(&tracker, &crs, start, std::slice::from_mut(&mut operator), Duration::from_secs(120)).await;
         let cpu = TreeCpu::read(operator.pid()).since(cpu_before);
         let peaks = sampler.finish();
         waited?;
@@ -528,13 +546,10 @@ pub async fn scale(
     runner: ScaleRunner,
 ) -> Value {
     let label = format!("scale-{}", flavor.label);
-    let namespace = match cluster::create_namespace(&ctx.client, "bench-scale").await {
-        Ok(ns) => ns,
-        Err(error) => return json!({"error": format!("{error:#}")}),
-    };
-    let result = scale_in(ctx, flavor, n, concurrency, idle, runner, &namespace, &label).await;
-    cluster::delete_namespace(&ctx.client, &namespace, Duration::from_secs(120)).await;
-    let mut value = result.unwrap_or_else(|error| json!({"error": format!("{error:#}")}));
+    let mut value = in_namespace(ctx, "bench-scale", async |namespace| {
+        scale_in(ctx, flavor, n, concurrency, idle, runner, namespace, &label).await
+    })
+    .await;
     value["binary"] = json!(flavor.label);
     value["n"] = json!(n);
     value["concurrency"] = json!(concurrency);
@@ -568,6 +583,7 @@ async fn scale_in(
         dir: &dir,
         path_prefix: (runner == ScaleRunner::Stub).then_some(stub.as_path()),
         args: Vec::new(),
+        env: Vec::new(),
     };
 
     // The operator watching an empty namespace, for comparison.
@@ -586,7 +602,8 @@ async fn scale_in(
     // First start: nothing reconciled yet.
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let sampler = Sampler::start(operator.pid(), Duration::from_millis(250), false);
-    let waited = await_all(&tracker, &crs, operator.started, &mut operator, stall).await;
+    let waited =
+        await_all(&tracker, &crs, operator.started, std::slice::from_mut(&mut operator), stall).await;
     let converge_peaks = sampler.finish();
     if let Err(error) = waited {
         operator.stop(Duration::from_secs(30));
@@ -619,7 +636,8 @@ async fn scale_in(
     drop(operator);
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let sampler = Sampler::start(operator.pid(), Duration::from_millis(250), false);
-    let waited = await_all(&tracker, &crs, operator.started, &mut operator, stall).await;
+    let waited =
+        await_all(&tracker, &crs, operator.started, std::slice::from_mut(&mut operator), stall).await;
     let restart_peaks = sampler.finish();
     let restart_cpu = procfs::cpu_seconds(operator.pid()).unwrap_or_default();
     operator.stop(Duration::from_secs(30));
@@ -654,7 +672,7 @@ async fn scale_in(
     }))
 }
 
-fn last_successful(tracker: &Tracker, names: &[String], since: f64) -> f64 {
+pub fn last_successful(tracker: &Tracker, names: &[String], since: f64) -> f64 {
     tracker.get_all(names).iter().filter_map(|t| t.successful_since(since)).fold(f64::NAN, f64::max)
 }
 
