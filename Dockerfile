@@ -59,8 +59,8 @@ FROM binaries-${BINARIES} AS binaries
 
 # 3. The Ansible venv of one toolchain (hack/toolchains/<ANSIBLE_TOOLCHAIN>/, as hack/install-ansible.sh
 # installs it): its pins without pytest and the packages only pytest needs (iniconfig, pluggy,
-# Pygments), kubernetes.core from the checksum-pinned `ansible` wheel its `bundle` file names, and our
-# operator_sdk.util collection. 2.18 (default) is upstream's base image; 2.19 is the current line:
+# Pygments), kubernetes.core and community.crypto from the checksum-pinned `ansible` wheel its `bundle`
+# file names, and our operator_sdk.util collection. 2.18 (default) is upstream's base image; 2.19 is the current line:
 #   docker build --build-arg ANSIBLE_TOOLCHAIN=2.19 -t ansible-operator:dev-2.19 .
 FROM ${PYTHON_IMAGE} AS ansible
 ARG PYTHON_VERSION
@@ -75,8 +75,10 @@ RUN . /tmp/toolchain/bundle \
  && /opt/venv/bin/pip download --no-deps --require-hashes -r /tmp/bundle.txt -d /tmp/bundle \
  && /opt/venv/bin/python -c 'import sys, zipfile; \
 z = zipfile.ZipFile(sys.argv[1]); \
-members = [m for m in z.namelist() if m.startswith("ansible_collections/kubernetes/core/")]; \
-sys.exit("no kubernetes.core in " + sys.argv[1]) if not members else z.extractall(sys.argv[2], members)' \
+prefixes = ("ansible_collections/kubernetes/core/", "ansible_collections/community/crypto/"); \
+members = [m for m in z.namelist() if m.startswith(prefixes)]; \
+found = {p for p in prefixes if any(m.startswith(p) for m in members)}; \
+sys.exit("missing in " + sys.argv[1] + ": " + str(set(prefixes) - found)) if found != set(prefixes) else z.extractall(sys.argv[2], members)' \
     "/tmp/bundle/ansible-${ANSIBLE_BUNDLE_VERSION}-py3-none-any.whl" \
     "/opt/venv/lib/python${PYTHON_VERSION}/site-packages" \
  && echo "${ANSIBLE_TOOLCHAIN}" > /opt/venv/.toolchain \
@@ -86,6 +88,7 @@ COPY collections/ansible_collections/operator_sdk/util \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ansible_collections/operator_sdk/util
 RUN /opt/venv/bin/python -c 'import ansible_operator_worker.zygote' \
  && /opt/venv/bin/ansible-doc kubernetes.core.k8s > /dev/null \
+ && /opt/venv/bin/ansible-doc community.crypto.x509_certificate > /dev/null \
  && /opt/venv/bin/ansible-doc operator_sdk.util.k8s_status > /dev/null \
  && rm -rf /root/.ansible
 

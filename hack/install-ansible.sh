@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Ansible toolchain the operator runs playbooks with into a venv (default <repo>/.venv):
 # pinned ansible-core, ansible-runner, the kubernetes client and pytest (hack/toolchains/<T>/requirements.txt),
-# the kubernetes.core collection (extracted from the `ansible` community wheel named in
-# hack/toolchains/<T>/bundle, since Galaxy may be unreachable) and the repository's own
+# the kubernetes.core and community.crypto collections (extracted from the `ansible` community wheel
+# named in hack/toolchains/<T>/bundle, since Galaxy may be unreachable) and the repository's own
 # operator_sdk.util collection (symlinked, so edits apply at once), and the warm executor's worker
 # package (worker/, put on the venv's import path).
 #   ANSIBLE_TOOLCHAIN  2.18 (default: upstream's base image) or 2.19 (the current ansible-core line)
@@ -54,7 +54,8 @@ site_packages="$("${venv}/bin/python" -c 'import sysconfig; print(sysconfig.get_
 collections_dir="${site_packages}/ansible_collections"
 mkdir -p "${collections_dir}"
 
-# 2. kubernetes.core from the ansible community wheel (cached outside the repo).
+# 2. kubernetes.core and community.crypto (the samples' certificates) from the ansible community
+# wheel (cached outside the repo).
 wheel="${cache_dir}/ansible-${ANSIBLE_BUNDLE_VERSION}-py3-none-any.whl"
 if [[ -f "${wheel}" ]]; then
   log "using cached ${wheel}"
@@ -75,26 +76,28 @@ else
   trap - EXIT
 fi
 
-k8s_core_marker="${collections_dir}/kubernetes/core/.from-ansible-${ANSIBLE_BUNDLE_VERSION}"
-if [[ -f "${k8s_core_marker}" ]]; then
-  log "kubernetes.core already extracted"
-else
-  log "extracting kubernetes.core from ansible ${ANSIBLE_BUNDLE_VERSION} into ${collections_dir}"
-  rm -rf "${collections_dir}/kubernetes/core"
-  "${venv}/bin/python" - "${wheel}" "${site_packages}" <<'PY'
+for collection in kubernetes/core community/crypto; do
+  marker="${collections_dir}/${collection}/.from-ansible-${ANSIBLE_BUNDLE_VERSION}"
+  if [[ -f "${marker}" ]]; then
+    log "${collection/\//.} already extracted"
+    continue
+  fi
+  log "extracting ${collection/\//.} from ansible ${ANSIBLE_BUNDLE_VERSION} into ${collections_dir}"
+  rm -rf "${collections_dir:?}/${collection}"
+  "${venv}/bin/python" - "${wheel}" "${site_packages}" "${collection}" <<'PY'
 import sys
 import zipfile
 
-wheel, dest = sys.argv[1], sys.argv[2]
-prefix = "ansible_collections/kubernetes/core/"
+wheel, dest, collection = sys.argv[1], sys.argv[2], sys.argv[3]
+prefix = f"ansible_collections/{collection}/"
 with zipfile.ZipFile(wheel) as zf:
     members = [m for m in zf.namelist() if m.startswith(prefix)]
     if not members:
         sys.exit(f"{wheel} holds no {prefix}")
     zf.extractall(dest, members)
 PY
-  touch "${k8s_core_marker}"
-fi
+  touch "${marker}"
+done
 
 # 3. The project's own operator_sdk.util collection, live from the repository.
 if [[ ! -d "${own_collection}" ]]; then
@@ -124,8 +127,9 @@ fi
 # 5. Verify that the pieces are usable.
 log "verifying"
 "${venv}/bin/ansible-doc" kubernetes.core.k8s >/dev/null
+"${venv}/bin/ansible-doc" community.crypto.x509_certificate >/dev/null
 "${venv}/bin/ansible-doc" operator_sdk.util.k8s_status >/dev/null
 "${venv}/bin/python" -c 'import ansible_operator_worker.zygote'
 runner_version="$("${venv}/bin/ansible-runner" --version)"
 core_version="$("${venv}/bin/python" -c 'import ansible.release as r; print(r.__version__)')"
-log "ok: toolchain ${toolchain}: ansible-core ${core_version}, ansible-runner ${runner_version}, kubernetes.core and operator_sdk.util in ${collections_dir}"
+log "ok: toolchain ${toolchain}: ansible-core ${core_version}, ansible-runner ${runner_version}, kubernetes.core, community.crypto and operator_sdk.util in ${collections_dir}"
