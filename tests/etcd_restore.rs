@@ -107,7 +107,16 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
         "hosts": members.iter().map(|h| h.spec()).collect::<Vec<_>>(),
     });
     support::create_cr_with(&clusters, GROUP, "EtcdCluster", metadata, spec).await;
+    // A restore from a backup that does not exist fails, saying so, before it holds the cluster:
+    // the cluster still installs.
+    let spec = json!({"cluster": name, "backup": "missing", "sshKeySecret": "etcd-hosts-ssh"});
+    support::create_cr(&restores, GROUP, "EtcdRestore", "orphan", spec).await;
     converged(&clusters, name, 1).await;
+    let orphan = support::wait_for_condition(&restores, "orphan", "Failure", "True", WAIT).await;
+    let failure = support::condition(&orphan, "Failure").unwrap();
+    assert!(failure["message"].as_str().unwrap_or("").contains("EtcdBackup missing not found"), "{failure}");
+    assert!(orphan.data["status"].get("phase").is_none(), "{}", orphan.data["status"]);
+    restores.delete("orphan", &DeleteParams::default()).await.unwrap();
     etcdctl_ok(&members[0], &["put", "key-a", "A"]);
 
     // An EtcdBackup names an endpoint or a cluster, not both: the CRD's CEL rule refuses it.
