@@ -18,7 +18,7 @@ ARG RUST_IMAGE=rust:${RUST_VERSION}-bookworm
 ARG GO_IMAGE=golang:${GO_VERSION}-bookworm
 ARG PYTHON_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
 # Where the operator and etcd binaries come from: `source` builds them in stages 1 and 2;
-# `prebuilt` takes them from .local/image/ in the build context (ansible-operator, etcdctl,
+# `prebuilt` takes them from .local/image/ in the build context (ansible-operator, etcdctl, etcdutl,
 # etcd-releases/v<version>/), built by the same commands on a bookworm host.
 ARG BINARIES=source
 
@@ -32,9 +32,9 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --bin ansible-operator \
  && install -D -m 0755 target/release/ansible-operator /out/ansible-operator
 
-# 2. etcd and etcdctl from the release pinned in hack/kube/go.mod: etcdctl for
-# playbooks/etcdbackup.yml, both as the release playbooks/etcdcluster.yml installs on hosts
-# (/opt/etcd-releases/v<version>/).
+# 2. etcd, etcdctl and etcdutl from the release pinned in hack/kube/go.mod: etcdctl and etcdutl for
+# playbooks/etcdbackup.yml, all three as the release playbooks/etcdcluster.yml installs on hosts
+# (/opt/etcd-releases/v<version>/; etcdutl for playbooks/etcdrestore.yml).
 FROM ${GO_IMAGE} AS etcdctl
 WORKDIR /src/hack/kube
 COPY hack/kube/ ./
@@ -44,7 +44,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
  && mkdir -p "/out/etcd-releases/$version" \
  && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "/out/etcd-releases/$version/etcdctl" go.etcd.io/etcd/etcdctl/v3 \
  && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "/out/etcd-releases/$version/etcd" go.etcd.io/etcd/server/v3 \
- && cp "/out/etcd-releases/$version/etcdctl" /out/etcdctl
+ && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "/out/etcd-releases/$version/etcdutl" go.etcd.io/etcd/etcdutl/v3 \
+ && cp "/out/etcd-releases/$version/etcdctl" /out/etcdctl \
+ && cp "/out/etcd-releases/$version/etcdutl" /out/etcdutl
 
 # The binaries the runtime stage copies, from one of the two sources (BINARIES). A builder that
 # skips unused stages (BuildKit, Buildah) runs only the chosen one.
@@ -109,6 +111,7 @@ RUN mkdir -p /etc/ansible \
 COPY --from=binaries /out/ansible-operator /usr/local/bin/ansible-operator
 COPY --from=binaries /out/etcd-releases /opt/etcd-releases
 COPY --from=binaries /out/etcdctl /usr/local/bin/etcdctl
+COPY --from=binaries /out/etcdutl /usr/local/bin/etcdutl
 COPY --from=ansible /opt/venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \

@@ -139,10 +139,11 @@ prebuilt_binaries() {
   rm -rf "$out"
   mkdir -p "$out/etcd-releases/$etcd_version"
   cp "$target/release/ansible-operator" "$out/ansible-operator"
-  for cmd in etcd etcdctl; do
+  for cmd in etcd etcdctl etcdutl; do
     cp "$(readlink -f "$repo/.local/bin/$cmd")" "$out/etcd-releases/$etcd_version/$cmd"
   done
   cp "$out/etcd-releases/$etcd_version/etcdctl" "$out/etcdctl"
+  cp "$out/etcd-releases/$etcd_version/etcdutl" "$out/etcdutl"
 }
 
 operator() {

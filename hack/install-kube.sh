@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the pinned local cluster: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# kubectl, etcd and etcdctl, built with the machine's Go toolchain from the Kubernetes Go modules pinned in hack/kube/go.mod.
+# kubectl, etcd, etcdctl and etcdutl (snapshot restore and status: etcdctl 3.6 has neither), built
+# with the machine's Go toolchain from the Kubernetes Go modules pinned in hack/kube/go.mod.
 # Binaries are cached outside the repository, keyed by version, and linked into .local/bin/, so a
 # fresh clone on the same machine does not rebuild.
 set -euo pipefail
@@ -13,7 +14,7 @@ etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module
 
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/ansible-operator/kube-$kube_version-etcd-$etcd_version"
 bin="$repo/.local/bin"
-commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd etcdctl)
+commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd etcdctl etcdutl)
 
 missing=()
 for cmd in "${commands[@]}"; do
@@ -35,6 +36,7 @@ if ((${#missing[@]})); then
     case "$cmd" in
       etcd) pkg=go.etcd.io/etcd/server/v3 ;;
       etcdctl) pkg=go.etcd.io/etcd/etcdctl/v3 ;;
+      etcdutl) pkg=go.etcd.io/etcd/etcdutl/v3 ;;
       *) pkg=k8s.io/kubernetes/cmd/$cmd ;;
     esac
     echo "install-kube: go build $pkg"

@@ -29,7 +29,7 @@ alone=""
 case "$pass" in
   warm)
     lanes=(
-      "--lib --bins --test ssh --test etcd_cluster"
+      "--lib --bins --test ssh --test etcd_cluster --test etcd_restore"
       "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test sharding --test endpoints --test node --test pod_modules"
       "--test executor --test core --test extra_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults"
       "--test history --test api --test console --test storm"
@@ -42,7 +42,7 @@ case "$pass" in
   cold)
     export ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold
     lanes=(
-      "--test ssh --test etcd_cluster"
+      "--test ssh --test etcd_cluster --test etcd_restore"
       "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test pod_modules"
       "--test core --test extra_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test history --test api --test faults"
     )

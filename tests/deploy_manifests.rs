@@ -153,6 +153,7 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
         "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
         "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
         "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
+        "customresourcedefinition.apiextensions.k8s.io/etcdrestores.etcd.example.com",
         "serviceaccount/ansible-operator",
         "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
@@ -242,6 +243,7 @@ async fn samples_pass_server_side_dry_run_once_the_sample_crds_are_installed() {
     );
     assert!(stdout.contains("memcached.cache.example.com/memcached-sample"), "{stdout}");
     assert!(stdout.contains("etcdbackup.etcd.example.com/etcdbackup-sample"), "{stdout}");
+    assert!(stdout.contains("etcdrestore.etcd.example.com/etcdrestore-sample"), "{stdout}");
 }
 
 /// Whether the operator's ServiceAccount may `verb` the `resource` (`kubectl auth can-i` syntax,
@@ -276,8 +278,12 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
 
     let k8s_module_verbs = ["get", "list", "watch", "create", "update", "patch", "delete"];
     let mut allowed: Vec<(&str, &str, Option<&str>)> = Vec::new();
-    let crs =
-        ["memcacheds.cache.example.com", "etcdbackups.etcd.example.com", "etcdclusters.etcd.example.com"];
+    let crs = [
+        "memcacheds.cache.example.com",
+        "etcdbackups.etcd.example.com",
+        "etcdclusters.etcd.example.com",
+        "etcdrestores.etcd.example.com",
+    ];
     for cr in crs {
         for verb in ["get", "update", "patch"] {
             allowed.push((verb, cr, Some("default")));

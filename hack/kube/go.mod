@@ -5,6 +5,7 @@ go 1.25.0
 
 require (
 	go.etcd.io/etcd/etcdctl/v3 v3.6.5
+	go.etcd.io/etcd/etcdutl/v3 v3.6.5
 	go.etcd.io/etcd/server/v3 v3.6.5
 	google.golang.org/grpc v1.72.2
 	k8s.io/cri-api v0.35.4

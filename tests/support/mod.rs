@@ -315,6 +315,7 @@ pub async fn install_sample_crds(client: &Client) {
         "cache.example.com_memcacheds.yaml",
         "etcd.example.com_etcdbackups.yaml",
         "etcd.example.com_etcdclusters.yaml",
+        "etcd.example.com_etcdrestores.yaml",
     ] {
         let text = std::fs::read_to_string(repo().join("deploy/crds").join(file)).expect("read CRD");
         let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");

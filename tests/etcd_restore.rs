@@ -1,0 +1,223 @@
+//! The EtcdRestore sample (`playbooks/etcdrestore.yml`) and the EtcdBackup of an EtcdCluster
+//! (`playbooks/etcdbackup.yml` with `spec.cluster`): a real three-member etcd on the SSH test hosts
+//! is snapshotted, written to, and restored to the snapshot, while the EtcdCluster's own failover
+//! runs every few seconds.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::json;
+use support::hosts::{self, Host};
+use support::operator::{OperatorConfig, scratch_dir};
+
+const GROUP: &str = "etcd.example.com";
+const WAIT: Duration = Duration::from_secs(180);
+/// Other ports than tests/etcd_cluster.rs's cluster, which may run on the same hosts.
+const CLIENT_PORT: u16 = 23890;
+const PEER_PORT: u16 = 23900;
+
+/// The PID of the host's etcd member, when it runs.
+fn member_pid(host: &Host, namespace: &str, name: &str) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(host.file(&format!("etcd-{namespace}-{name}/etcd.pid")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    PathBuf::from(format!("/proc/{pid}")).exists().then_some(pid)
+}
+
+/// Runs the test's own etcdctl against `host`'s client URL: (success, stdout and stderr).
+fn etcdctl(host: &Host, args: &[&str]) -> (bool, String) {
+    let output = Command::new(support::repo().join(".local/bin/etcdctl"))
+        .arg(format!("--endpoints=http://{}:{CLIENT_PORT}", host.address))
+        .args(["--dial-timeout=5s", "--command-timeout=10s"])
+        .args(args)
+        .output()
+        .expect("run etcdctl");
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    (output.status.success(), text)
+}
+
+fn etcdctl_ok(host: &Host, args: &[&str]) -> String {
+    let (ok, text) = etcdctl(host, args);
+    assert!(ok, "etcdctl {args:?}: {text}");
+    text
+}
+
+/// Waits until generation `generation` of the CR succeeded, and returns the CR.
+async fn converged(api: &Api<DynamicObject>, name: &str, generation: i64) -> DynamicObject {
+    support::wait_for(&format!("{name} generation {generation} to succeed"), WAIT, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let ok = support::condition(&object, "Successful")
+            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation);
+        Ok(if ok { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
+    })
+    .await
+}
+
+/// This backup's snapshot files in `dir`.
+fn snapshot_files(dir: &Path, namespace: &str, name: &str) -> Vec<String> {
+    let prefix = format!("{namespace}-{name}-");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("read the backup directory")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|file| file.starts_with(&prefix) && file.ends_with(".db"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[tokio::test]
+async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_failover() {
+    let all = hosts::hosts();
+    let members = &all[..3];
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "sample-etcdrestore").await;
+    support::install_sample_crds(&client).await;
+    let releases = support::repo().join(".local/etcd-releases");
+    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
+        .env("ETCD_RELEASES_DIR", releases.display().to_string())
+        .start();
+    hosts::create_ssh_secret(
+        &client,
+        &ns.name,
+        "etcd-hosts-ssh",
+        &hosts::client_key(),
+        Some(&hosts::known_hosts()),
+    )
+    .await;
+    let clusters = support::cr_api(&client, GROUP, "EtcdCluster", &ns.name);
+    let backups = support::cr_api(&client, GROUP, "EtcdBackup", &ns.name);
+    let restores = support::cr_api(&client, GROUP, "EtcdRestore", &ns.name);
+    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
+
+    // A three-member cluster whose failover runs every 5 s instead of 30 s, so it runs during the
+    // restore too.
+    let name = "main";
+    let metadata =
+        json!({"name": name, "annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "5s"}});
+    let spec = json!({
+        "version": "3.6.5", "clientPort": CLIENT_PORT, "peerPort": PEER_PORT, "sshKeySecret": "etcd-hosts-ssh",
+        "hosts": members.iter().map(|h| h.spec()).collect::<Vec<_>>(),
+    });
+    support::create_cr_with(&clusters, GROUP, "EtcdCluster", metadata, spec).await;
+    // A restore from a backup that does not exist fails, saying so, before it holds the cluster:
+    // the cluster still installs.
+    let spec = json!({"cluster": name, "backup": "missing", "sshKeySecret": "etcd-hosts-ssh"});
+    support::create_cr(&restores, GROUP, "EtcdRestore", "orphan", spec).await;
+    converged(&clusters, name, 1).await;
+    let orphan = support::wait_for_condition(&restores, "orphan", "Failure", "True", WAIT).await;
+    let failure = support::condition(&orphan, "Failure").unwrap();
+    assert!(failure["message"].as_str().unwrap_or("").contains("EtcdBackup missing not found"), "{failure}");
+    assert!(orphan.data["status"].get("phase").is_none(), "{}", orphan.data["status"]);
+    restores.delete("orphan", &DeleteParams::default()).await.unwrap();
+    etcdctl_ok(&members[0], &["put", "key-a", "A"]);
+
+    // An EtcdBackup names an endpoint or a cluster, not both: the CRD's CEL rule refuses it.
+    let both: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "etcd.example.com/v1alpha1", "kind": "EtcdBackup", "metadata": {"name": "both"},
+        "spec": {"endpoint": "http://127.0.0.1:2379", "cluster": name},
+    }))
+    .unwrap();
+    let refused = backups.create(&Default::default(), &both).await.expect_err("both endpoint and cluster");
+    assert!(
+        refused
+            .to_string()
+            .contains("set exactly one of spec.endpoint (an etcd client URL) and spec.cluster"),
+        "{refused}"
+    );
+
+    // A backup of the cluster: a snapshot with its revision and sha256.
+    let spec = json!({"cluster": name, "keep": 2, "backupDir": backup_dir.display().to_string()});
+    support::create_cr(&backups, GROUP, "EtcdBackup", "snap", spec).await;
+    let backup = converged(&backups, "snap", 1).await;
+    let snapshot = backup.data["status"]["snapshot"].clone();
+    let revision = snapshot["revision"].as_i64().expect("status.snapshot.revision");
+    assert!(revision > 1, "{snapshot}");
+    assert_eq!(snapshot["sha256"].as_str().map(str::len), Some(64), "{snapshot}");
+    assert!(Path::new(snapshot["path"].as_str().unwrap()).exists(), "{snapshot}");
+    let healthy: Vec<String> =
+        members.iter().map(|h| format!("http://{}:{CLIENT_PORT}", h.address)).collect();
+    assert!(
+        healthy.iter().any(|url| snapshot["endpoint"] == url.as_str()),
+        "a member was snapshotted: {snapshot}"
+    );
+
+    // Written after the snapshot: gone after the restore.
+    etcdctl_ok(&members[1], &["put", "key-b", "B"]);
+    let pids_before: Vec<Option<u32>> = members.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+
+    let started = Instant::now();
+    let metadata =
+        json!({"name": "back", "annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "3s"}});
+    let spec = json!({"cluster": name, "backup": "snap", "sshKeySecret": "etcd-hosts-ssh"});
+    support::create_cr_with(&restores, GROUP, "EtcdRestore", metadata, spec).await;
+    let restored = converged(&restores, "back", 1).await;
+    let took = started.elapsed();
+    let status = &restored.data["status"];
+    assert_eq!(status["phase"], "Completed", "{status}");
+    assert_eq!(status["restoredGeneration"], 1, "{status}");
+    assert_eq!(status["snapshot"]["sha256"], snapshot["sha256"], "{status}");
+    assert_eq!(status["snapshot"]["path"], snapshot["path"], "{status}");
+    assert_eq!(status["snapshot"]["revision"].as_i64(), Some(revision), "{status}");
+    let duration = status["durationSeconds"].as_f64().expect("status.durationSeconds");
+    assert!(duration > 0.0 && duration < took.as_secs_f64() + 1.0, "{status}");
+
+    // The snapshot's data on every member, all members healthy, each restarted by the restore.
+    for host in members {
+        etcdctl_ok(host, &["endpoint", "health"]);
+        assert_eq!(etcdctl_ok(host, &["get", "key-a", "--print-value-only"]).trim(), "A", "{}", host.name);
+        assert_eq!(etcdctl_ok(host, &["get", "key-b", "--print-value-only"]).trim(), "", "{}", host.name);
+    }
+    let pids_after: Vec<Option<u32>> = members.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    for (before, after) in pids_before.iter().zip(&pids_after) {
+        assert!(
+            after.is_some() && after != before,
+            "every member restarted: {pids_before:?} -> {pids_after:?}"
+        );
+    }
+    let listed = etcdctl_ok(&members[0], &["member", "list"]);
+    for host in members {
+        assert!(listed.contains(&format!(", {}, ", host.name)), "{listed}");
+    }
+
+    // Afterwards neither kind touches the members again: the restore's reconciles (every 3 s) do
+    // not restore twice, the cluster's failover (every 5 s) finds nothing to do.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let pids_later: Vec<Option<u32>> = members.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    assert_eq!(pids_later, pids_after, "no member restarted after the restore");
+    assert_eq!(etcdctl_ok(&members[2], &["get", "key-a", "--print-value-only"]).trim(), "A");
+    let cluster = clusters.get(name).await.unwrap();
+    assert_eq!(cluster.data["status"]["readyMembers"], 3, "{}", cluster.data["status"]);
+    // Quieter from here on: back-to-back failover runs only slow the rest down.
+    let period =
+        json!({"metadata": {"annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "10m"}}});
+    clusters.patch(name, &PatchParams::default(), &Patch::Merge(&period)).await.unwrap();
+    restores.patch("back", &PatchParams::default(), &Patch::Merge(&period)).await.unwrap();
+
+    // keep: 2, and three more spec changes (four snapshots): the two newest files are left.
+    for generation in 2..=4 {
+        let patch = json!({"spec": {"note": format!("change {generation}")}});
+        backups.patch("snap", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        converged(&backups, "snap", generation).await;
+    }
+    let files = snapshot_files(&backup_dir, &ns.name, "snap");
+    let expected = [format!("{}-snap-3.db", ns.name), format!("{}-snap-4.db", ns.name)];
+    assert_eq!(files, expected);
+
+    // Cleanup: the finalizers uninstall etcd and remove the snapshots.
+    for (api, object) in [(&restores, "back"), (&backups, "snap"), (&clusters, name)] {
+        api.delete(object, &DeleteParams::default()).await.unwrap();
+        support::wait_for_absent(api, object, WAIT).await;
+    }
+    assert!(snapshot_files(&backup_dir, &ns.name, "snap").is_empty());
+    for host in members {
+        assert!(!host.file(&format!("etcd-{}-{name}", ns.name)).exists(), "nothing left on {}", host.name);
+    }
+}
