@@ -236,11 +236,14 @@ async function crPage(group, plural, namespace, name) {
 
   reconcile.addEventListener('click', async () => {
     reconcile.disabled = true;
+    // The newest run before the request: a refresh while the request is answered may already
+    // list the requested run.
+    const before = runs()[0] ? runs()[0].name : null;
     try {
       const answer = await api(`${base}/reconcile`, { method: 'POST' });
       notice.textContent = `Reconcile requested by ${answer.by}; the run appears below when it starts.`;
       notice.className = 'notice';
-      state.awaiting = runs()[0] ? runs()[0].name : null;
+      state.awaiting = before;
     } catch (e) {
       notice.textContent = e.message;
       notice.className = 'error';
