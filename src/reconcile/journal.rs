@@ -27,7 +27,9 @@ pub struct Journal {
     /// When the run started.
     started: Option<Timestamp>,
     /// The generation it saw.
-    pub generation: Option<i64>,
+    generation: Option<i64>,
+    /// The generation the last run saw, which the trigger was decided against.
+    observed: Option<i64>,
     /// The executor of the main run.
     pub executor: Option<Executor>,
     /// The main run's report.
@@ -86,6 +88,22 @@ impl Journal {
         self.latest = latest;
         self.started = Some(Timestamp::now());
         self.generation = generation;
+        self.observed = observed;
+    }
+
+    /// The run gets a newer copy of the CR than the trigger was decided on (the spec changed while
+    /// the reconcile got ready): unless it finalizes or was asked for, it runs for that change.
+    pub fn run_on(&mut self, generation: Option<i64>) {
+        if generation == self.generation {
+            return;
+        }
+        self.generation = generation;
+        let asked = matches!(self.trigger, Some(Trigger::Finalizer | Trigger::Manual { .. }));
+        if let (false, Some(_), Some(from), Some(to)) = (asked, &self.trigger, self.observed, generation)
+            && from != to
+        {
+            self.trigger = Some(Trigger::SpecChanged { from, to });
+        }
     }
 }
 
@@ -202,6 +220,38 @@ pub fn retry_scheduled(ctx: &Context, object: &DynamicObject, failures: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decided(trigger: Trigger, generation: i64, observed: i64) -> Journal {
+        Journal {
+            trigger: Some(trigger),
+            generation: Some(generation),
+            observed: Some(observed),
+            ..Journal::default()
+        }
+    }
+
+    #[test]
+    fn a_run_that_gets_a_newer_spec_than_its_trigger_saw_runs_for_the_spec_change() {
+        let mut retry = decided(Trigger::Retry { attempt: 3 }, 3, 3);
+        retry.run_on(Some(4));
+        assert_eq!(retry.trigger, Some(Trigger::SpecChanged { from: 3, to: 4 }));
+        assert_eq!(retry.generation, Some(4));
+
+        let mut changed = decided(Trigger::SpecChanged { from: 1, to: 2 }, 2, 1);
+        changed.run_on(Some(3));
+        assert_eq!(changed.trigger, Some(Trigger::SpecChanged { from: 1, to: 3 }));
+
+        let mut same = decided(Trigger::Resync, 2, 2);
+        same.run_on(Some(2));
+        assert_eq!(same.trigger, Some(Trigger::Resync));
+
+        for asked in [Trigger::Finalizer, Trigger::Manual { by: "someone".to_string() }] {
+            let mut journal = decided(asked.clone(), 2, 2);
+            journal.run_on(Some(3));
+            assert_eq!(journal.trigger, Some(asked));
+            assert_eq!(journal.generation, Some(3));
+        }
+    }
 
     #[test]
     fn a_request_counts_when_it_is_newer_than_the_last_run() {

@@ -337,7 +337,7 @@ async fn reconcile_inner(
         // The spec may have changed since the read above: the run gets this copy, so its status and
         // record name this copy's generation.
         generation = current.metadata.generation;
-        journal.generation = generation;
+        journal.run_on(generation);
     }
 
     let object_json = serde_json::to_value(&current).unwrap_or(Value::Null);
