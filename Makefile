@@ -10,6 +10,7 @@ export PATH := $(REPO)/.venv/bin:$(REPO)/.local/bin:$(HOME)/.cargo/bin:$(PATH)
 export VIRTUAL_ENV := $(REPO)/.venv
 # Where the EtcdCluster sample finds the etcd release it installs on hosts (hack/install-kube.sh).
 export ETCD_RELEASES_DIR ?= $(REPO)/.local/etcd-releases
+export KUBE_RELEASES_DIR ?= $(REPO)/.local/kube-releases
 WATCHES ?= $(REPO)/watches.yaml
 # The newer Ansible toolchain (hack/toolchains/2.19), tested by a slice of the suite in `make test`.
 VENV_NEXT := $(REPO)/.venv-2.19

@@ -56,6 +56,14 @@ for cmd in "${commands[@]}"; do
 done
 echo "install-kube: linked ${commands[*]} into $bin"
 
+# The control-plane release the KubernetesCluster sample installs on hosts, laid out as
+# KUBE_RELEASES_DIR expects (like the etcd releases): .local/kube-releases/<version>/.
+releases="$repo/.local/kube-releases/$kube_version"
+mkdir -p "$releases"
+for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+  ln -sfn "$cache/bin/$cmd" "$releases/$cmd"
+done
+
 # Our own small CRI client (hack/kube/cmd/cri-reset), rebuilt when its source changes.
 if [[ ! -x "$bin/cri-reset" || "$module/cmd/cri-reset/main.go" -nt "$bin/cri-reset" ]]; then
   echo "install-kube: go build ./cmd/cri-reset"

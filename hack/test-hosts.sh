@@ -14,12 +14,12 @@
 # home authorises this clone's key), so `down` or `up` in a second clone leaves the first one's alone.
 #   hack/test-hosts.sh status   say what runs
 #
-# Env: TEST_HOSTS (4) hosts on 127.0.0.11, .12, ...; TEST_HOSTS_PORT (2222). User of host N: ao-hostN.
+# Env: TEST_HOSTS (7) hosts on 127.0.0.11, .12, ...; TEST_HOSTS_PORT (2222). User of host N: ao-hostN.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 state="$repo/.local/test-hosts"
-count=${TEST_HOSTS:-4}
+count=${TEST_HOSTS:-7}
 port=${TEST_HOSTS_PORT:-2222}
 openssh_version=1:9.2p1-2+deb12u10
 sshd=/usr/sbin/sshd

@@ -154,6 +154,7 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
         "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
         "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
         "customresourcedefinition.apiextensions.k8s.io/etcdrestores.etcd.example.com",
+        "customresourcedefinition.apiextensions.k8s.io/kubernetesclusters.platform.example.com",
         "serviceaccount/ansible-operator",
         "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
@@ -244,6 +245,7 @@ async fn samples_pass_server_side_dry_run_once_the_sample_crds_are_installed() {
     assert!(stdout.contains("memcached.cache.example.com/memcached-sample"), "{stdout}");
     assert!(stdout.contains("etcdbackup.etcd.example.com/etcdbackup-sample"), "{stdout}");
     assert!(stdout.contains("etcdrestore.etcd.example.com/etcdrestore-sample"), "{stdout}");
+    assert!(stdout.contains("kubernetescluster.platform.example.com/kubernetescluster-sample"), "{stdout}");
 }
 
 /// Whether the operator's ServiceAccount may `verb` the `resource` (`kubectl auth can-i` syntax,
@@ -283,6 +285,7 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         "etcdbackups.etcd.example.com",
         "etcdclusters.etcd.example.com",
         "etcdrestores.etcd.example.com",
+        "kubernetesclusters.platform.example.com",
     ];
     for cr in crs {
         for verb in ["get", "update", "patch"] {
@@ -300,7 +303,13 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         }
         allowed.push(("update", finalizers, Some("default")));
     }
-    allowed.push(("get", "secrets", Some("default")));
+    // A KubernetesCluster's certificates and admin kubeconfig.
+    for verb in ["get", "create", "update", "patch"] {
+        allowed.push((verb, "secrets", Some("default")));
+    }
+    for verb in ["create", "delete"] {
+        allowed.push((verb, "etcdclusters.etcd.example.com", Some("default")));
+    }
     for child in ["configmaps", "deployments.apps"] {
         for verb in k8s_module_verbs {
             allowed.push((verb, child, Some("some-app")));
@@ -326,7 +335,7 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         ("delete", "etcdbackups.etcd.example.com", Some("default")),
         ("list", "secrets", None),
         ("watch", "secrets", Some("default")),
-        ("create", "secrets", Some("default")),
+        ("delete", "secrets", Some("default")),
         ("create", "pods", Some("default")),
         ("list", "pods", None),
         ("get", "services", Some("default")),

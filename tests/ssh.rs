@@ -99,23 +99,11 @@ async fn assert_key_nowhere(setup: &mut Setup, key: &str) {
             places.push((format!("{kind} CRs"), serde_json::to_string(&list.items).unwrap()));
         }
     }
-    collect_files(&setup.operator.dir.join("runner"), &mut places);
+    support::read_tree(&setup.operator.dir.join("runner"), &mut places);
     assert!(places.len() > 3, "the runner directory has files: {}", places.len());
     for line in hosts::key_body(key) {
         for (place, text) in &places {
             assert!(!text.contains(&line), "a line of the private key is in {place}");
-        }
-    }
-}
-
-fn collect_files(dir: &Path, into: &mut Vec<(String, String)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect_files(&path, into);
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            into.push((path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()));
         }
     }
 }

@@ -316,10 +316,24 @@ pub async fn install_sample_crds(client: &Client) {
         "etcd.example.com_etcdbackups.yaml",
         "etcd.example.com_etcdclusters.yaml",
         "etcd.example.com_etcdrestores.yaml",
+        "platform.example.com_kubernetesclusters.yaml",
     ] {
         let text = std::fs::read_to_string(repo().join("deploy/crds").join(file)).expect("read CRD");
         let crd: Value = serde_saphyr::from_str(&text).expect("CRD is YAML");
         install_crd(client, &crd).await;
+    }
+}
+
+/// Every file under `dir`, recursively, as (path, text): where a secret must not be found.
+pub fn read_tree(dir: &Path, into: &mut Vec<(String, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            read_tree(&path, into);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            into.push((path.display().to_string(), String::from_utf8_lossy(&bytes).into_owned()));
+        }
     }
 }
 
