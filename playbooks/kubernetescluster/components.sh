@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs on a master (ansible.builtin.script): starts its components in order, first restarting the
-# running ones named in RESTART, and waits until each answers its health check before the next.
+# running ones named in RESTART (SIGTERM, SIGKILL after 30 s), and waits until each answers its health check before the next.
 # Prints `restarted <name>` / `started <name>`; on a component that stays unhealthy, exits 1 with
 # the end of its log.
 #   components.sh DIR ADDRESS "name:port:path ..." "names to restart"
@@ -25,7 +25,11 @@ for component in $components; do
     case " $restart " in
       *" $name "*)
         kill "$pid"
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        if kill -0 "$pid" 2>/dev/null; then
+          kill -9 "$pid"
+          while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+        fi
         setsid "./$name.sh" >"$name.log" 2>&1 </dev/null &
         echo $! >"$name.pid"
         echo "restarted $name" ;;
