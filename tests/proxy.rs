@@ -35,7 +35,8 @@ async fn last_run(api: &Api<DynamicObject>, name: &str) -> Option<String> {
     running["ansibleResult"]["completion"].as_str().map(str::to_string)
 }
 
-/// Waits for a successful run that finished after `previous`.
+/// Waits for a successful run that finished after `previous` (`""`: the last run, once none is in
+/// flight: a dependent's event can start one at any time).
 async fn wait_for_run_after(api: &Api<DynamicObject>, name: &str, previous: &str) -> String {
     support::wait_for(&format!("a new run of {name}"), WAIT, || async {
         let object = api.get(name).await.map_err(|e| e.to_string())?;
@@ -92,7 +93,7 @@ async fn children_get_owner_references_or_annotations_on_every_create_path() {
     );
 
     // A second run replaces the forced ConfigMap (PUT): the reference survives and is not doubled.
-    let previous = last_run(&api, "owner").await.unwrap();
+    let previous = wait_for_run_after(&api, "owner", "").await;
     let bump = json!({"spec": {"otherNamespace": other.name, "clusterRole": true, "generation": 2}});
     api.patch("owner", &PatchParams::default(), &Patch::Merge(&bump)).await.unwrap();
     wait_for_run_after(&api, "owner", &previous).await;
@@ -107,7 +108,7 @@ async fn deleted_child_is_restored_and_only_spec_edits_of_children_trigger() {
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
-    let first = last_run(&api, "owner").await.unwrap();
+    let first = wait_for_run_after(&api, "owner", "").await;
 
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     configmaps.delete("owner-cm", &DeleteParams::default()).await.unwrap();
@@ -187,7 +188,7 @@ async fn after_a_restart_deleting_a_child_still_triggers_its_owner() {
     let first_operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
-    let before = last_run(&api, "owner").await.unwrap();
+    let before = wait_for_run_after(&api, "owner", "").await;
     stop(first_operator);
 
     let _second = OperatorConfig::new(&watches(), &ns.name).start();
