@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -196,11 +195,12 @@ async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_a
     assert!(script.contains("--v=2"), "{script}");
 
     // Join the local control plane as a member: registered in the new cluster with its version.
-    let local = std::fs::read(support::kubeconfig()).unwrap();
-    let member_secret: Secret =
-        serde_json::from_value(json!({"metadata": {"name": "local-kubeconfig"}})).unwrap();
-    let mut member_secret = member_secret;
-    member_secret.data = Some([("kubeconfig".to_string(), ByteString(local))].into());
+    let local = std::fs::read_to_string(support::kubeconfig()).unwrap();
+    let member_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "local-kubeconfig"},
+        "stringData": {"kubeconfig": local},
+    }))
+    .unwrap();
     secrets.create(&PostParams::default(), &member_secret).await.unwrap();
     let members = json!({"members": [{"name": "local", "kubeconfigSecret": "local-kubeconfig"}]});
     patch_spec(&api, name, members).await.unwrap();
