@@ -1,11 +1,13 @@
 # syntax=docker/dockerfile:1
-# The sample operator's image, laid out like upstream's (quay.io/operator-framework/ansible-operator
-# plus a project's Dockerfile): the operator at /usr/local/bin/ansible-operator, Ansible in a venv,
-# the project (watches.yaml, roles/, playbooks/) in HOME=/opt/ansible, running as user 1001.
+# Two images, laid out like upstream's: the base image (target `base`, as
+# quay.io/operator-framework/ansible-operator: the operator at /usr/local/bin/ansible-operator,
+# Ansible in a venv, HOME=/opt/ansible, user 1001) and the sample image (the default target: this
+# repository's operators, watches.yaml, roles/ and playbooks/, on the base image).
+#   docker build --target base -t ansible-operator-base:dev .
 #   docker build -t ansible-operator:dev .
 # The cache mounts need BuildKit (the default builder of current Docker, also supported by Buildah).
 #
-# The build arguments only say where the inputs come from; the runtime stage (4.) is the same in
+# The build arguments only say where the inputs come from; the images (4. and 5.) are the same in
 # every build. `make docker-build` builds this file with podman where no registry is reachable:
 # base images made with debootstrap from Debian's archive (RUST_IMAGE is then unused,
 # PYTHON_IMAGE is Debian bookworm's python3) and BINARIES=prebuilt, the operator and etcd built
@@ -48,7 +50,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
  && cp "/out/etcd-releases/$version/etcdctl" /out/etcdctl \
  && cp "/out/etcd-releases/$version/etcdutl" /out/etcdutl
 
-# The binaries the runtime stage copies, from one of the two sources (BINARIES). A builder that
+# The binaries the images copy, from one of the two sources (BINARIES). A builder that
 # skips unused stages (BuildKit, Buildah) runs only the chosen one.
 FROM scratch AS binaries-source
 COPY --from=operator /out/ansible-operator /out/ansible-operator
@@ -94,24 +96,29 @@ RUN /opt/venv/bin/python -c 'import ansible_operator_worker.zygote' \
  && /opt/venv/bin/ansible-doc operator_sdk.util.k8s_status > /dev/null \
  && rm -rf /root/.ansible
 
-# 4. The runtime image.
-FROM ${PYTHON_IMAGE}
+# 4. The base image, laid out as upstream's (quay.io/operator-framework/ansible-operator), so that
+# an upstream project's Dockerfile builds FROM it unchanged: tini at /tini (and /usr/bin/tini), the
+# operator at /usr/local/bin/ansible-operator, Ansible with kubernetes.core and operator_sdk.util,
+# HOME=/opt/ansible writable by user 1001 in group 0, the same ENTRYPOINT. No operator inside: a
+# project adds its watches.yaml, roles/ and playbooks/ (and collections with ansible-galaxy, into
+# ~/.ansible, which Ansible searches before ours).
+#   docker build --target base -t ansible-operator-base:dev .
+FROM ${PYTHON_IMAGE} AS base
 RUN apt-get update \
  && apt-get install -y --no-install-recommends tini openssh-client \
- && rm -rf /var/lib/apt/lists/*
-# Upstream's base image: roles_path for playbooks that import roles, a local default inventory,
-# user 1001 in group 0 (so an arbitrary UID in group 0, as on OpenShift, can write HOME).
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s /usr/bin/tini /tini
+# Upstream's base image: roles_path for playbooks that import roles, its library directory, a local
+# default inventory, user 1001 in group 0 (so an arbitrary UID in group 0, as on OpenShift, can
+# write HOME).
 RUN mkdir -p /etc/ansible \
- && printf '[defaults]\nroles_path = /opt/ansible/roles\n' > /etc/ansible/ansible.cfg \
+ && printf '[defaults]\nroles_path = /opt/ansible/roles\nlibrary = /usr/share/ansible/openshift\n' > /etc/ansible/ansible.cfg \
  && echo 'localhost ansible_connection=local' > /etc/ansible/hosts \
  && useradd --uid 1001 --gid 0 --home-dir /opt/ansible --no-create-home --shell /usr/sbin/nologin ansible \
  && mkdir -p /opt/ansible/.ansible/tmp \
  && chown -R 1001:0 /opt/ansible \
  && chmod -R ug+rwx /opt/ansible
 COPY --from=binaries /out/ansible-operator /usr/local/bin/ansible-operator
-COPY --from=binaries /out/etcd-releases /opt/etcd-releases
-COPY --from=binaries /out/etcdctl /usr/local/bin/etcdctl
-COPY --from=binaries /out/etcdutl /usr/local/bin/etcdutl
 COPY --from=ansible /opt/venv /opt/venv
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
@@ -119,8 +126,16 @@ ENV VIRTUAL_ENV=/opt/venv \
     LANG=C.UTF-8 \
     LC_ALL=C.UTF-8
 WORKDIR /opt/ansible
-COPY --chown=1001:0 watches.yaml ./watches.yaml
-COPY --chown=1001:0 roles/ ./roles/
-COPY --chown=1001:0 playbooks/ ./playbooks/
 USER 1001
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]
+ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]
+
+# 5. The sample image (the default target): this repository's operators on the base image, as a
+# project's Dockerfile adds its own, plus the etcd binaries its EtcdBackup, EtcdCluster and
+# EtcdRestore playbooks use.
+FROM base AS sample
+COPY --from=binaries /out/etcd-releases /opt/etcd-releases
+COPY --from=binaries /out/etcdctl /usr/local/bin/etcdctl
+COPY --from=binaries /out/etcdutl /usr/local/bin/etcdutl
+COPY --chown=1001:0 watches.yaml ${HOME}/watches.yaml
+COPY --chown=1001:0 roles/ ${HOME}/roles/
+COPY --chown=1001:0 playbooks/ ${HOME}/playbooks/

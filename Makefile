@@ -19,12 +19,14 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/ansible-operator/cargo-target
 # The local cluster's node (containerd, kubelet, scheduler; hack/local-cluster.sh). NODE=0 runs the
 # control plane alone: no Pod ever runs, so the tests that need one are left out.
 export NODE ?= 1
-# The operator image, named as in upstream's project scaffold: `make docker-build deploy IMG=...`.
+# The sample operator's image, named as in upstream's project scaffold: `make docker-build deploy IMG=...`.
 IMG ?= ansible-operator:dev
+# The base image an upstream project builds FROM (as quay.io/operator-framework/ansible-operator).
+BASE_IMG ?= localhost/ansible-operator-base:dev
 # kubectl's cluster for deploy/undeploy: KUBECONFIG when set, else the local cluster.
 DEPLOY_KUBECONFIG := $(or $(KUBECONFIG),$(LOCAL_KUBECONFIG))
 # Tests that need a running Pod: whole test binaries, and single tests of other binaries.
-export NODE_TEST_BINARIES := in_cluster node pod_modules
+export NODE_TEST_BINARIES := in_cluster node pod_modules scaffold
 export NODE_TEST_SKIPS := --skip memcached_role --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
 ifeq ($(NODE),0)
 TEST_TARGETS := --lib --bins $(foreach t,$(filter-out $(NODE_TEST_BINARIES),$(basename $(notdir $(wildcard tests/*.rs)))),--test $(t))
@@ -38,7 +40,7 @@ endif
 
 .PHONY: help install install-kube install-ansible install-ansible-next install-ssh install-node install-browser cluster-up \
 	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python run bench \
-	docker-build docker-push deploy undeploy
+	docker-build-base docker-build docker-push deploy undeploy
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -83,7 +85,10 @@ build: ## Build the operator
 	cargo build --bin ansible-operator
 	mkdir -p $(REPO)/.local/bin && ln -sfn $(CARGO_TARGET_DIR)/debug/ansible-operator $(REPO)/.local/bin/ansible-operator
 
-docker-build: ## Build the operator image IMG from ./Dockerfile with podman; load it into the local node when it runs
+docker-build-base: ## Build the base image BASE_IMG (what an upstream project builds FROM) with podman
+	hack/images.sh operator-base $(BASE_IMG)
+
+docker-build: docker-build-base ## Build the sample operator's image IMG, FROM the base image, with podman; load it into the local node when it runs
 	hack/images.sh operator $(IMG)
 	if [[ "$(NODE)" != 0 ]] && hack/local-cluster.sh status >/dev/null 2>&1; then hack/images.sh load $(IMG); fi
 

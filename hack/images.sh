@@ -8,8 +8,11 @@
 #   hack/images.sh base            the base images: Debian bookworm (debootstrap --variant=minbase)
 #                                  and its python3 (the local stand-in for python:3.11-slim-bookworm)
 #   hack/images.sh node            the sandbox (pause) image and the memcached image
-#   hack/images.sh operator IMG    the operator image from ./Dockerfile, with the base images and
-#                                  the binaries built on this host (BINARIES=prebuilt), tagged IMG
+#   hack/images.sh operator-base IMG  the operator's base image (./Dockerfile's target `base`: what
+#                                  an upstream project builds FROM), with the base images and the
+#                                  binaries built on this host (BINARIES=prebuilt), tagged IMG
+#   hack/images.sh operator IMG    the sample image (./Dockerfile's default target, FROM the base),
+#                                  built the same way, tagged IMG
 #   hack/images.sh load IMAGE...   copy images into the local node's containerd (namespace k8s.io),
 #                                  skipping those it already has
 #   hack/images.sh podman ARGS...  run podman on this storage (e.g. `images`)
@@ -146,15 +149,17 @@ prebuilt_binaries() {
   cp "$out/etcd-releases/$etcd_version/etcdutl" "$out/etcdutl"
 }
 
+# Builds ./Dockerfile's target $1 (base or sample) as image $2.
 operator() {
-  local image
-  image=$(normalized "${1:?usage: $0 operator IMG}")
+  local target=$1 image
+  image=$(normalized "${2:?usage: $0 operator|operator-base IMG}")
   base
   prebuilt_binaries
-  log "podman build -t $image . (PYTHON_IMAGE=$python_image, BINARIES=prebuilt, ANSIBLE_TOOLCHAIN=${ANSIBLE_TOOLCHAIN:-2.18})"
+  log "podman build --target $target -t $image . (PYTHON_IMAGE=$python_image, BINARIES=prebuilt, ANSIBLE_TOOLCHAIN=${ANSIBLE_TOOLCHAIN:-2.18})"
   local start=$SECONDS
   build_trusting_host --build-arg "PYTHON_IMAGE=$python_image" --build-arg BINARIES=prebuilt \
-    --build-arg "ANSIBLE_TOOLCHAIN=${ANSIBLE_TOOLCHAIN:-2.18}" -t "$image" -f "$repo/Dockerfile" "$repo"
+    --build-arg "ANSIBLE_TOOLCHAIN=${ANSIBLE_TOOLCHAIN:-2.18}" --target "$target" -t "$image" \
+    -f "$repo/Dockerfile" "$repo"
   log "built $image in $((SECONDS - start))s"
   # Earlier builds' untagged stages: kept a day as the build cache, then removed.
   podman_ image prune -f --filter until=24h >/dev/null
@@ -182,7 +187,8 @@ load() {
 case "${1:-}" in
   base) base ;;
   node) node ;;
-  operator) shift; operator "$@" ;;
+  operator) shift; operator sample "$@" ;;
+  operator-base) shift; operator base "$@" ;;
   load) shift; load "$@" ;;
   podman) shift; podman_ "$@" ;;
   name)
@@ -191,5 +197,5 @@ case "${1:-}" in
       python) echo "$python_image" ;; debian) echo "$debian_image" ;;
       *) die "usage: $0 name pause|memcached|python|debian" ;;
     esac ;;
-  *) die "usage: $0 base|node|operator IMG|load IMAGE...|podman ARGS...|name IMAGE" ;;
+  *) die "usage: $0 base|node|operator IMG|operator-base IMG|load IMAGE...|podman ARGS...|name IMAGE" ;;
 esac
