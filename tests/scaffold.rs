@@ -34,7 +34,10 @@ const WAIT: Duration = Duration::from_secs(240);
 
 /// The base image the project builds FROM: `BASE_IMG`, as `make docker-build-base` names it.
 fn base_image() -> String {
-    std::env::var("BASE_IMG").ok().filter(|image| !image.is_empty()).unwrap_or_else(|| DEFAULT_BASE_IMAGE.into())
+    std::env::var("BASE_IMG")
+        .ok()
+        .filter(|image| !image.is_empty())
+        .unwrap_or_else(|| DEFAULT_BASE_IMAGE.into())
 }
 
 /// Runs a command, fails the test unless it succeeds, and returns its stdout.
@@ -166,7 +169,11 @@ async fn wait_for_size(memcacheds: &Api<DynamicObject>, pods: &Api<Pod>, size: u
         Ok(if converged(&cr) && pods.len() == size && ready == size {
             Ok(cr)
         } else {
-            Err(format!("status {}, Pods {:?}", cr.data["status"], pods.iter().map(describe).collect::<Vec<_>>()))
+            Err(format!(
+                "status {}, Pods {:?}",
+                cr.data["status"],
+                pods.iter().map(describe).collect::<Vec<_>>()
+            ))
         })
     })
     .await
@@ -174,7 +181,8 @@ async fn wait_for_size(memcacheds: &Api<DynamicObject>, pods: &Api<Pod>, size: u
 
 /// The operator container's peak memory, from its cgroup (v1 on the local node; v2 elsewhere).
 fn peak_memory(pod: &str) -> u64 {
-    let read = "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak";
+    let read =
+        "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak";
     let peak = kubectl_ok(["-n", PROJECT_NAMESPACE, "exec", pod, "--", "sh", "-c", read]);
     peak.trim().parse().unwrap_or_else(|_| panic!("a byte count from the cgroup: {peak:?}"))
 }
@@ -208,7 +216,8 @@ async fn an_upstream_project_builds_from_the_base_image_and_runs_with_its_own_co
     let operator = operator.iter().find(|p| is_ready(p)).expect("a ready operator Pod");
     let operator_name = operator.metadata.name.clone().expect("Pod name");
     let started = operator.status.as_ref().and_then(|s| s.start_time.clone()).expect("the Pod's start time");
-    let command = kubectl_ok(["-n", PROJECT_NAMESPACE, "exec", &operator_name, "--", "cat", "/proc/1/cmdline"]);
+    let command =
+        kubectl_ok(["-n", PROJECT_NAMESPACE, "exec", &operator_name, "--", "cat", "/proc/1/cmdline"]);
     assert!(command.starts_with("/tini\0"), "PID 1 is the ENTRYPOINT's /tini: {command:?}");
 
     // The sample converges into running Pods, through the project's own operator_sdk.util.
@@ -221,7 +230,10 @@ async fn an_upstream_project_builds_from_the_base_image_and_runs_with_its_own_co
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     memcacheds.create(&PostParams::default(), &memcached(&ns.name, SAMPLE, 2)).await.expect("create sample");
     let cr = wait_for_size(&memcacheds, &pods, 2).await;
-    assert_eq!(cr.data["status"]["collection"], MARKER, "the project's operator_sdk.util won over the base's");
+    assert_eq!(
+        cr.data["status"]["collection"], MARKER,
+        "the project's operator_sdk.util won over the base's"
+    );
 
     // Scaling follows the spec.
     let patch = json!({"spec": {"size": 1}});
@@ -276,9 +288,12 @@ async fn an_upstream_project_builds_from_the_base_image_and_runs_with_its_own_co
 
     // Nothing the operator does is refused by the scaffold's RBAC once it runs (a refused Event is
     // said once, at its kind's first run).
-    let restarts = operator_pods.get(&operator_name).await.expect("the operator Pod").status.and_then(|s| {
-        s.container_statuses.map(|c| c.iter().map(|c| c.restart_count).sum::<i32>())
-    });
+    let restarts = operator_pods
+        .get(&operator_name)
+        .await
+        .expect("the operator Pod")
+        .status
+        .and_then(|s| s.container_statuses.map(|c| c.iter().map(|c| c.restart_count).sum::<i32>()));
     assert_eq!(restarts, Some(0), "the operator never restarted");
     let after_first_minute = started.0 + jiff::SignedDuration::from_secs(60);
     let wait = after_first_minute.duration_since(jiff::Timestamp::now()) + jiff::SignedDuration::from_secs(5);
