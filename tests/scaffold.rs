@@ -71,8 +71,9 @@ if __name__ == "__main__":
     main()
 "#;
 
-/// A copy of the project with the collection its requirements.yml installs: operator_sdk.util 0.5.0
-/// (as Galaxy serves it to upstream's users) plus `scaffold_marker`, built with ansible-galaxy.
+/// A copy of the project with the collection its requirements.yml installs: a newer
+/// operator_sdk.util (0.5.1: ours is 0.5.0, and ansible-galaxy skips a version that is already
+/// installed) with `scaffold_marker` added, built with ansible-galaxy.
 fn project() -> PathBuf {
     let dir = scratch_dir("upstream-project");
     let fixture = support::repo().join("tests/fixtures/upstream-project");
@@ -83,6 +84,10 @@ fn project() -> PathBuf {
         .arg(support::repo().join("collections/ansible_collections/operator_sdk/util"))
         .arg(&source));
     std::fs::write(source.join("plugins/modules/scaffold_marker.py"), MARKER_MODULE).expect("write module");
+    let galaxy = std::fs::read_to_string(source.join("galaxy.yml")).expect("read galaxy.yml");
+    assert!(galaxy.contains("\nversion: 0.5.0\n"), "our collection is operator_sdk.util 0.5.0");
+    std::fs::write(source.join("galaxy.yml"), galaxy.replace("\nversion: 0.5.0\n", "\nversion: 0.5.1\n"))
+        .expect("write galaxy.yml");
     run(Command::new(venv().join("bin/ansible-galaxy"))
         .args(["collection", "build", "--force", "--output-path"])
         .arg(dir.join("collections"))
