@@ -140,7 +140,7 @@ pub async fn finish(
         write(history, ctx, &record, journal.latest.as_ref()).await;
     }
     if let Some(events) = &ctx.settings.events {
-        events.publish(&record, &object.object_ref(&ctx.resource)).await;
+        events.record(&object.object_ref(&ctx.resource), &crate::history::events::note(&record)).await;
     }
 }
 
