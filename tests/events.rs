@@ -31,6 +31,12 @@ async fn events_about(client: &kube::Client, namespace: &str, name: &str) -> Vec
     all.items.into_iter().filter(|e| e.involved_object.name.as_deref() == Some(name)).collect()
 }
 
+/// The `AnsibleRun`s of a namespace.
+fn runs_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
+    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"))
+}
+
 fn stop(mut operator: Operator) {
     assert!(operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
 }
@@ -94,14 +100,7 @@ async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_nu
     let before = messages.len();
     messages.dedup();
     assert_eq!(before, messages.len(), "a message is on one Event only: {messages:?}");
-    let runs = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        &ns.name,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun"),
-            "ansibleruns",
-        ),
-    );
+    let runs = runs_api(&client, &ns.name);
     let records = runs
         .list(&ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}")))
         .await
@@ -260,4 +259,54 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
         .map(|e| serde_json::to_value(e).unwrap())
         .collect();
     assert!(ours.is_empty(), "the identity could not write Events: {ours:?}");
+}
+
+#[tokio::test]
+async fn run_history_moves_to_the_cluster_within_a_minute_of_the_operator_being_granted_it() {
+    let client = support::client().await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    support::install_run_records_crd(&client).await;
+    let ns = support::TestNamespace::new(&client, "events-granted").await;
+    let user = format!("scaffolded-{}", ns.name);
+    scaffold_like_rights(&client, &ns.name, &user).await;
+    let dir = scratch_dir(&format!("{}-identity", ns.name));
+    let kubeconfig = support::impersonating_kubeconfig(&dir, &user, &["system:authenticated"]);
+    let operator = OperatorConfig::new(&watches(""), &ns.name)
+        .env("KUBECONFIG", kubeconfig.display().to_string())
+        .start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    support::create_cr(&api, GROUP, KIND, "cr", json!({"value": 1})).await;
+    support::wait_for_condition(&api, "cr", "Successful", "True", WAIT).await;
+    assert_eq!(lines_with(&operator.log(), "run history is not installed").len(), 1);
+
+    // What deploy/history grants, here in the namespace.
+    let history: Role = serde_json::from_value(json!({
+        "metadata": {"name": "operator"},
+        "rules": [
+            {"apiGroups": ["ansible-operator.dev"], "resources": ["ansibleruns"],
+             "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+            {"apiGroups": ["ansible-operator.dev"], "resources": ["ansibleruns/status"], "verbs": ["patch"]},
+        ],
+    }))
+    .unwrap();
+    let roles = Api::<Role>::namespaced(client.clone(), &ns.name);
+    let mut role = roles.get("operator").await.unwrap();
+    role.rules.get_or_insert_default().extend(history.rules.unwrap());
+    roles.replace("operator", &PostParams::default(), &role).await.unwrap();
+    support::wait_for("the operator to notice", Duration::from_secs(150), || async {
+        let installed = !lines_with(&operator.log(), "run history installed").is_empty();
+        Ok(if installed { Ok(()) } else { Err("not yet".to_string()) })
+    })
+    .await;
+
+    api.patch("cr", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"value": 2}}))).await.unwrap();
+    let runs = runs_api(&client, &ns.name);
+    support::wait_for("the spec change's AnsibleRun", WAIT, || async {
+        let records = runs.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
+        let found = records.iter().any(|r| r.data["spec"]["trigger"]["reason"] == "SpecChanged");
+        Ok(if found { Ok(()) } else { Err(format!("{} records", records.len())) })
+    })
+    .await;
+    let _ = std::fs::remove_file(&kubeconfig);
+    stop(operator);
 }
