@@ -186,6 +186,38 @@ async fn scaffold_like_rights(client: &kube::Client, namespace: &str, user: &str
         .unwrap();
 }
 
+/// An operator on the history fixture in its own namespace, acting as a user with only
+/// [`scaffold_like_rights`] there (through an impersonating kubeconfig, removed when dropped).
+struct Scaffolded {
+    operator: Operator,
+    kubeconfig: std::path::PathBuf,
+    api: Api<DynamicObject>,
+    ns: support::TestNamespace,
+}
+
+impl Scaffolded {
+    async fn start(client: &kube::Client, prefix: &str) -> Self {
+        support::install_crd(client, &support::crd(GROUP, KIND, true)).await;
+        support::install_run_records_crd(client).await;
+        let ns = support::TestNamespace::new(client, prefix).await;
+        let user = format!("scaffolded-{}", ns.name);
+        scaffold_like_rights(client, &ns.name, &user).await;
+        let dir = scratch_dir(&format!("{}-identity", ns.name));
+        let kubeconfig = support::impersonating_kubeconfig(&dir, &user, &["system:authenticated"]);
+        let operator = OperatorConfig::new(&watches(""), &ns.name)
+            .env("KUBECONFIG", kubeconfig.display().to_string())
+            .start();
+        let api = support::cr_api(client, GROUP, KIND, &ns.name);
+        Scaffolded { operator, kubeconfig, api, ns }
+    }
+}
+
+impl Drop for Scaffolded {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+    }
+}
+
 /// Log lines (JSON or not) that contain `text`.
 fn lines_with(log: &str, text: &str) -> Vec<String> {
     log.lines().filter(|line| line.contains(text)).map(str::to_string).collect()
@@ -194,17 +226,8 @@ fn lines_with(log: &str, text: &str) -> Vec<String> {
 #[tokio::test]
 async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_each_and_runs_succeed() {
     let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
-    let ns = support::TestNamespace::new(&client, "events-refused").await;
-    let user = format!("scaffolded-{}", ns.name);
-    scaffold_like_rights(&client, &ns.name, &user).await;
-    let dir = scratch_dir(&format!("{}-identity", ns.name));
-    let kubeconfig = support::impersonating_kubeconfig(&dir, &user, &["system:authenticated"]);
-    let operator = OperatorConfig::new(&watches(""), &ns.name)
-        .env("KUBECONFIG", kubeconfig.display().to_string())
-        .start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let mut setup = Scaffolded::start(&client, "events-refused").await;
+    let (api, ns) = (setup.api.clone(), setup.ns.name.clone());
     for name in ["one", "two", "three"] {
         support::create_cr(&api, GROUP, KIND, name, json!({"value": name})).await;
     }
@@ -227,10 +250,8 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
         })
         .await;
     }
-    let mut operator = operator;
-    assert!(operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
-    let _ = std::fs::remove_file(&kubeconfig);
-    let log = operator.log();
+    assert!(setup.operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
+    let log = setup.operator.log();
 
     let refused = lines_with(&log, "Events are refused");
     assert_eq!(refused.len(), 1, "one warning for six refused Events:\n{log}");
@@ -240,7 +261,7 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
         "{}",
         refused[0]
     );
-    assert!(refused[0].contains(&ns.name), "names the namespace: {}", refused[0]);
+    assert!(refused[0].contains(&ns), "names the namespace: {}", refused[0]);
     assert!(lines_with(&log, "could not record the Event").is_empty(), "a refusal is no other error:\n{log}");
 
     let history = lines_with(&log, "run history is not installed");
@@ -248,7 +269,7 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
     assert!(history[0].contains("deploy/history"), "says how to install it: {}", history[0]);
     assert!(history[0].contains("create ansibleruns.ansible-operator.dev in namespace"), "{}", history[0]);
     assert!(lines_with(&log, "could not write the run record").is_empty(), "no error per run:\n{log}");
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let ours: Vec<Value> = events
         .list(&ListParams::default())
         .await
@@ -264,20 +285,11 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
 #[tokio::test]
 async fn run_history_moves_to_the_cluster_within_a_minute_of_the_operator_being_granted_it() {
     let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
-    let ns = support::TestNamespace::new(&client, "events-granted").await;
-    let user = format!("scaffolded-{}", ns.name);
-    scaffold_like_rights(&client, &ns.name, &user).await;
-    let dir = scratch_dir(&format!("{}-identity", ns.name));
-    let kubeconfig = support::impersonating_kubeconfig(&dir, &user, &["system:authenticated"]);
-    let operator = OperatorConfig::new(&watches(""), &ns.name)
-        .env("KUBECONFIG", kubeconfig.display().to_string())
-        .start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let mut setup = Scaffolded::start(&client, "events-granted").await;
+    let (api, ns) = (setup.api.clone(), setup.ns.name.clone());
     support::create_cr(&api, GROUP, KIND, "cr", json!({"value": 1})).await;
     support::wait_for_condition(&api, "cr", "Successful", "True", WAIT).await;
-    assert_eq!(lines_with(&operator.log(), "run history is not installed").len(), 1);
+    assert_eq!(lines_with(&setup.operator.log(), "run history is not installed").len(), 1);
 
     // What deploy/history grants, here in the namespace.
     let history: Role = serde_json::from_value(json!({
@@ -289,24 +301,23 @@ async fn run_history_moves_to_the_cluster_within_a_minute_of_the_operator_being_
         ],
     }))
     .unwrap();
-    let roles = Api::<Role>::namespaced(client.clone(), &ns.name);
+    let roles = Api::<Role>::namespaced(client.clone(), &ns);
     let mut role = roles.get("operator").await.unwrap();
     role.rules.get_or_insert_default().extend(history.rules.unwrap());
     roles.replace("operator", &PostParams::default(), &role).await.unwrap();
     support::wait_for("the operator to notice", Duration::from_secs(150), || async {
-        let installed = !lines_with(&operator.log(), "run history installed").is_empty();
+        let installed = !lines_with(&setup.operator.log(), "run history installed").is_empty();
         Ok(if installed { Ok(()) } else { Err("not yet".to_string()) })
     })
     .await;
 
     api.patch("cr", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"value": 2}}))).await.unwrap();
-    let runs = runs_api(&client, &ns.name);
+    let runs = runs_api(&client, &ns);
     support::wait_for("the spec change's AnsibleRun", WAIT, || async {
         let records = runs.list(&ListParams::default()).await.map_err(|e| e.to_string())?.items;
         let found = records.iter().any(|r| r.data["spec"]["trigger"]["reason"] == "SpecChanged");
         Ok(if found { Ok(()) } else { Err(format!("{} records", records.len())) })
     })
     .await;
-    let _ = std::fs::remove_file(&kubeconfig);
-    stop(operator);
+    assert!(setup.operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
 }

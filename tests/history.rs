@@ -159,10 +159,8 @@ async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
     assert!(!all.contains(PASSWORD), "no secret in the records");
     let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
     let events = events.list(&ListParams::default()).await.unwrap().items;
-    let ours: Vec<&Event> = events
-        .iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some("cr"))
-        .collect();
+    let ours: Vec<&Event> =
+        events.iter().filter(|e| e.involved_object.name.as_deref() == Some("cr")).collect();
     let reasons: Vec<&str> = ours.iter().filter_map(|e| e.reason.as_deref()).collect();
     assert!(reasons.contains(&"ReconcileSucceeded") && reasons.contains(&"ReconcileFailed"), "{reasons:?}");
     let failed_event = ours.iter().find(|e| e.reason.as_deref() == Some("ReconcileFailed")).unwrap();
