@@ -119,6 +119,11 @@ impl History {
         }
     }
 
+    /// Where records go now.
+    pub fn store(&self) -> Store {
+        lock(&self.state).store.clone()
+    }
+
     /// Whether records are in the cluster (false: in memory only).
     pub fn in_cluster(&self) -> bool {
         lock(&self.state).store == Store::Cluster
