@@ -150,6 +150,10 @@ pub async fn probe(client: &Client, scopes: &[Option<String>]) -> Store {
                 Err(error) => return Store::Memory(Missing::Unknown(crate::logging::error_chain(&error))),
             }
         }
+        // One scope's denials say what is missing; the other namespaces' would repeat it.
+        if !denied.is_empty() {
+            break;
+        }
     }
     decide(true, denied)
 }
