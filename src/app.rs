@@ -14,7 +14,6 @@ use crate::cli::{Cli, Command, RunArgs};
 use crate::controller::WatchController;
 use crate::executor::{Executor, Launcher, Worker, worker};
 use crate::health::{self, Readiness};
-use crate::history::events::Events;
 use crate::history::{History, Ledger};
 use crate::leader;
 use crate::metrics::{self, Metrics};
@@ -22,6 +21,7 @@ use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::Settings;
 use crate::reconcile::budget::Budget;
+use crate::recorder::{Recorder, Reporter};
 use crate::runner::{self, Inventory};
 use crate::sharding::{self, Membership, sharder::Sharder};
 use crate::toolchain;
@@ -95,11 +95,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let metrics = Metrics::new(VERSION, COMMIT);
     let launcher = launcher(&args, &loaded.watches, toolchain, &playbook_env, &metrics);
     let ledger = Arc::new(Ledger::default());
-    let history = Arc::new(History::new(client.clone()).await);
-    let events = Arc::new(Events::new(
-        client.clone(),
-        env.var("POD_NAME").or(env.var("HOSTNAME")).map(str::to_string),
-    ));
+    let history = Arc::new(History::new(client.clone(), &namespaces).await);
+    let instance = env.var("POD_NAME").or(env.var("HOSTNAME")).map(str::to_string);
+    let reporter = Reporter { component: crate::kubeapi::FIELD_MANAGER.into(), instance: instance.clone() };
+    let events = Arc::new(Recorder::new(client.clone(), reporter));
     let sharding = sharding_config(&args)?;
     let mut settings = settings(&args, &env, playbook_env, launcher.clone());
     settings.sharding = sharding.as_ref().map(|sharding| sharding.membership.clone());
@@ -112,6 +111,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let readiness = Readiness::new();
         let shutdown = CancellationToken::new();
         serve_endpoints(&args, &client, &metrics, &readiness, &shutdown).await?;
+        tokio::spawn(history.clone().recheck(shutdown.clone()));
 
         let dependents = if args.inject_owner_ref {
             let selector = sharding.as_ref().map(|sharding| sharding.membership.selector().to_string());
@@ -181,7 +181,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             (None, Some(config)) => {
                 // A standby is ready: it serves the proxy and waits to take over.
                 readiness.mark_started();
-                let (mut leading, _task) = leader::spawn(client.clone(), config, shutdown.clone());
+                let (mut leading, _task) = leader::spawn(client.clone(), config.clone(), shutdown.clone());
                 tokio::select! {
                     led = leading.wait_for(|leading| *leading) => led.context("leader election stopped")?,
                     _ = shutdown_signal() => {
@@ -189,6 +189,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                         return Ok(());
                     }
                 };
+                tokio::spawn(leader::record_leadership(client.clone(), config, instance.clone()));
                 Some(leading)
             }
             (None, None) => None,

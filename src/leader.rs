@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::Api;
 use tokio::sync::watch;
@@ -18,6 +19,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::recorder::{EventType, Note, Recorder, Reporter};
 
 /// Upstream's `--leader-elect-lease-duration`: how long a Lease is valid after its last renewal.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -168,6 +171,47 @@ pub fn spawn(
         .await;
     };
     (receiver, tokio::spawn(task.instrument(span)))
+}
+
+/// Records the `LeaderElection` Event on the Lease as client-go's `LeaseLock` does when this
+/// process became leader: `<identity> became leader`, reported by a recorder named after the
+/// identity (as controller-runtime names it). A failure is logged by the recorder.
+pub async fn record_leadership(client: kube::Client, config: Config, instance: Option<String>) {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+    // The Lease as written: its uid and resourceVersion go into the involved object.
+    let lease = match crate::kubeapi::with_timeout(api.get_opt(&config.name)).await {
+        Ok(lease) => lease,
+        Err(error) => {
+            tracing::debug!(%error, "could not read the Lease for its Event");
+            None
+        }
+    };
+    let reporter = Reporter { component: config.identity.clone(), instance };
+    let recorder = Recorder::new(client, reporter);
+    recorder.record(&lease_reference(&config, lease.as_ref()), &became_leader(&config)).await;
+}
+
+/// The Lease as an Event's involved object.
+fn lease_reference(config: &Config, lease: Option<&Lease>) -> ObjectReference {
+    let meta = lease.map(|lease| &lease.metadata);
+    ObjectReference {
+        api_version: Some("coordination.k8s.io/v1".into()),
+        kind: Some("Lease".into()),
+        name: Some(config.name.clone()),
+        namespace: Some(config.namespace.clone()),
+        uid: meta.and_then(|meta| meta.uid.clone()),
+        resource_version: meta.and_then(|meta| meta.resource_version.clone()),
+        field_path: None,
+    }
+}
+
+/// What the Event says, in client-go's words.
+fn became_leader(config: &Config) -> Note {
+    Note {
+        type_: EventType::Normal,
+        reason: "LeaderElection".into(),
+        message: format!("{} became leader", config.identity),
+    }
 }
 
 /// The namespace to use when `--leader-election-namespace` is not given: the pod's namespace
@@ -789,5 +833,30 @@ mod tests {
         task.await.expect("campaign ends");
         assert!(!*receiver.borrow());
         assert_eq!(releases.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_leadership_event_names_the_identity_on_the_lease_as_client_go() {
+        let config = config();
+        let note = became_leader(&config);
+        assert_eq!((note.type_, note.reason.as_str()), (EventType::Normal, "LeaderElection"));
+        assert_eq!(note.message, "me became leader");
+        let lease = Lease {
+            metadata: ObjectMeta {
+                uid: Some("u-1".into()),
+                resource_version: Some("42".into()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        };
+        let reference = lease_reference(&config, Some(&lease));
+        assert_eq!(reference.api_version.as_deref(), Some("coordination.k8s.io/v1"));
+        assert_eq!(reference.kind.as_deref(), Some("Lease"));
+        assert_eq!(reference.name.as_deref(), Some(config.name.as_str()));
+        assert_eq!(reference.namespace.as_deref(), Some(config.namespace.as_str()));
+        assert_eq!(
+            (reference.uid.as_deref(), reference.resource_version.as_deref()),
+            (Some("u-1"), Some("42"))
+        );
     }
 }

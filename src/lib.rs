@@ -22,6 +22,7 @@ pub mod outcome;
 mod proptest_support;
 pub mod proxy;
 pub mod reconcile;
+pub mod recorder;
 pub mod remote;
 pub mod runner;
 pub mod sharding;

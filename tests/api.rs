@@ -94,6 +94,7 @@ async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
         kinds["kinds"].as_array().unwrap().iter().any(|k| k["kind"] == KIND && k["plural"] == PLURAL),
         "{kinds}"
     );
+    assert_eq!(kinds["history"], json!({"stored": "cluster"}), "the AnsibleRun CRD is installed");
     let listed = api.get_ok(&format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs?namespace={}", mine.name), &reader);
     let items = listed["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{listed}");

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
@@ -159,15 +159,13 @@ async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
     assert!(!all.contains(PASSWORD), "no secret in the records");
     let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
     let events = events.list(&ListParams::default()).await.unwrap().items;
-    let ours: Vec<&Event> = events
-        .iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("cr"))
-        .collect();
+    let ours: Vec<&Event> =
+        events.iter().filter(|e| e.involved_object.name.as_deref() == Some("cr")).collect();
     let reasons: Vec<&str> = ours.iter().filter_map(|e| e.reason.as_deref()).collect();
     assert!(reasons.contains(&"ReconcileSucceeded") && reasons.contains(&"ReconcileFailed"), "{reasons:?}");
     let failed_event = ours.iter().find(|e| e.reason.as_deref() == Some("ReconcileFailed")).unwrap();
     assert!(
-        failed_event.note.as_deref().unwrap_or_default().contains("failing as asked"),
+        failed_event.message.as_deref().unwrap_or_default().contains("failing as asked"),
         "{failed_event:?}"
     );
     assert_eq!(failed_event.type_.as_deref(), Some("Warning"));

@@ -53,7 +53,8 @@ pub struct ListQuery {
 /// `GET /api/v1/kinds`: the watched kinds (any authenticated user).
 pub async fn kinds(Extract(state): Extract<Arc<State>>, headers: HeaderMap) -> Result<Json<Value>, Error> {
     authenticate(&state, &headers).await?;
-    Ok(Json(json!({"kinds": state.kinds.iter().map(views::kind).collect::<Vec<_>>()})))
+    let kinds: Vec<Value> = state.kinds.iter().map(views::kind).collect();
+    Ok(Json(json!({"kinds": kinds, "history": views::history(&state.history.store())})))
 }
 
 /// `GET /api/v1/kinds/{group}/{plural}/crs[?namespace=]`: the CRs of a kind with their state and

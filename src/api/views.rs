@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::Kind;
+use crate::history::availability::{self, Store};
 use crate::history::live::LiveRun;
 use crate::status::conditions;
 
@@ -43,6 +44,17 @@ pub fn kind(kind: &Kind) -> Value {
         "plural": resource.plural, "namespaced": kind.namespaced,
         "path": format!("/api/v1/kinds/{}/{}", path_group(&resource.group), resource.plural),
     })
+}
+
+/// Where the run history is: `{"stored": "cluster"}`, or in memory with what is missing and how
+/// to install it (a scaffolded project without the `deploy/history` component).
+pub fn history(store: &Store) -> Value {
+    match store {
+        Store::Cluster => json!({"stored": "cluster"}),
+        Store::Memory(missing) => json!({
+            "stored": "memory", "missing": missing.to_string(), "install": availability::INSTALL,
+        }),
+    }
 }
 
 /// The group as it appears in paths (`core` for the core group).
@@ -192,5 +204,14 @@ mod tests {
         assert_eq!(run["objects"][0]["verb"], "create");
         assert_eq!(run["inFlight"], false);
         assert!(run.get("log").is_none());
+    }
+
+    #[test]
+    fn the_history_says_where_it_is_and_without_its_crd_how_to_install_it() {
+        assert_eq!(history(&Store::Cluster), json!({"stored": "cluster"}));
+        let missing = history(&Store::Memory(availability::Missing::Crd));
+        assert_eq!(missing["stored"], "memory");
+        assert_eq!(missing["missing"], "the CRD ansibleruns.ansible-operator.dev is not served");
+        assert!(missing["install"].as_str().unwrap().contains("deploy/history"), "{missing}");
     }
 }

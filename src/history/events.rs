@@ -1,49 +1,18 @@
-//! Kubernetes Events on the CR for each recorded run, through kube's recorder (which folds repeats
-//! into a series), so `kubectl describe` tells the story: `Normal ReconcileSucceeded` with the
-//! counts, `Warning ReconcileFailed` with the task and message.
-//!
-//! kube's recorder folds Events by type, reason and action, not by note, and a series keeps its
-//! first note: the action is the trigger, and the note names no run, so a series is repeats of one
-//! kind of run (e.g. the periodic resyncs) and never shows one run's ident for another's.
+//! The Event of each recorded run on its CR, so `kubectl describe` tells the story:
+//! `Normal ReconcileSucceeded` with the counts, `Warning ReconcileFailed` with the task and message,
+//! `Warning RunTimedOut`. Written as core Events by [`crate::recorder`], which folds repeats of one
+//! message into one Event with a count: a message names the trigger and no run, so repeats are runs
+//! of one kind (the periodic resyncs, the retries of one failure).
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use crate::recorder::{EventType, Note};
 
 use super::record::{RunRecord, RunResult};
 
-/// An Event's note is at most 1 KiB.
+/// An Event's message is at most 1 KiB.
 const NOTE_LIMIT: usize = 1024;
 
-/// Publishes the runs' Events.
-pub struct Events {
-    recorder: Recorder,
-}
-
-impl std::fmt::Debug for Events {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Events").finish_non_exhaustive()
-    }
-}
-
-impl Events {
-    /// Events reported by `ansible-operator` from this replica (`instance`, e.g. the pod's name).
-    pub fn new(client: Client, instance: Option<String>) -> Self {
-        let reporter = Reporter { controller: crate::kubeapi::FIELD_MANAGER.into(), instance };
-        Events { recorder: Recorder::new(client, reporter) }
-    }
-
-    /// The Event for a run; a failure to publish is logged, not returned (the run happened).
-    pub async fn publish(&self, record: &RunRecord, reference: &ObjectReference) {
-        let event = event(record);
-        if let Err(error) = self.recorder.publish(&event, reference).await {
-            tracing::warn!(%error, reason = event.reason, "could not publish the run's Event");
-        }
-    }
-}
-
 /// The Event of a run.
-pub fn event(record: &RunRecord) -> Event {
+pub fn note(record: &RunRecord) -> Note {
     let trigger = record.trigger.reason();
     let (type_, reason, note) = match record.result {
         RunResult::Successful => {
@@ -67,7 +36,7 @@ pub fn event(record: &RunRecord) -> Event {
             (EventType::Warning, "RunTimedOut", format!("{trigger} run: {what}"))
         }
     };
-    Event { type_, reason: reason.into(), note: Some(cut(note)), action: trigger.into(), secondary: None }
+    Note { type_, reason: reason.into(), message: cut(note) }
 }
 
 fn cut(mut note: String) -> String {
@@ -89,15 +58,14 @@ mod tests {
 
     #[test]
     fn failures_are_warnings_naming_the_task_and_successes_give_the_counts() {
-        let failed = event(&record());
+        let failed = note(&record());
         assert_eq!((failed.type_, failed.reason.as_str()), (EventType::Warning, "ReconcileFailed"));
-        assert_eq!(failed.note.as_deref(), Some("SpecChanged run: task \"t\" on localhost: boom"));
+        assert_eq!(failed.message, "SpecChanged run: task \"t\" on localhost: boom");
         let mut ok = record();
         ok.result = RunResult::Successful;
-        let succeeded = event(&ok);
+        let succeeded = note(&ok);
         assert_eq!(succeeded.reason, "ReconcileSucceeded");
-        assert_eq!(succeeded.action, "SpecChanged", "runs of one trigger fold into a series");
-        assert_eq!(succeeded.note.as_deref(), Some("SpecChanged run: ok=2 changed=1 skipped=0"));
+        assert_eq!(succeeded.message, "SpecChanged run: ok=2 changed=1 skipped=0");
         assert_eq!(cut("é".repeat(600)).len(), 1023);
     }
 
@@ -107,11 +75,8 @@ mod tests {
         timed_out.result = RunResult::TimedOut;
         timed_out.failed_task = None;
         timed_out.message = Some("run timed out after 3s while running task \"hang\"".into());
-        let event = event(&timed_out);
+        let event = note(&timed_out);
         assert_eq!((event.type_, event.reason.as_str()), (EventType::Warning, "RunTimedOut"));
-        assert_eq!(
-            event.note.as_deref(),
-            Some("SpecChanged run: run timed out after 3s while running task \"hang\"")
-        );
+        assert_eq!(event.message, "SpecChanged run: run timed out after 3s while running task \"hang\"");
     }
 }

@@ -1,8 +1,10 @@
 //! The run history: a record of each run that did something, stored as an `AnsibleRun` object owned
 //! by the CR (so it survives operator restarts, reads with kubectl and goes with the CR), with a
 //! Kubernetes Event on the CR. A successful periodic resync that changed nothing only confirms the
-//! latest record. Without the `AnsibleRun` CRD the history is kept in memory and said so once.
+//! latest record. Without the `AnsibleRun` CRD or the rights to write it the history is kept in
+//! memory, said once, until they appear (see [`availability`]).
 
+pub mod availability;
 pub mod events;
 pub mod ledger;
 pub mod live;
@@ -15,8 +17,10 @@ use std::sync::Mutex;
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::kubeapi::{self, with_timeout};
+use availability::{Store, Tell};
 pub use ledger::Ledger;
 pub use live::LiveRuns;
 pub use record::RunRecord;
@@ -51,46 +55,87 @@ pub struct Latest {
     pub confirmations: i64,
 }
 
+/// Records kept in memory, by owner uid, newest first.
+type Memory = HashMap<String, VecDeque<Value>>;
+
 /// Where records go.
 pub struct History {
     client: Client,
     resource: ApiResource,
-    /// Records are kept in memory only (the CRD is not installed).
-    in_memory: Option<Mutex<HashMap<String, VecDeque<Value>>>>,
+    /// Where the access reviews ask (the watched namespaces, or all).
+    scopes: Vec<Option<String>>,
+    state: Mutex<State>,
+}
+
+/// Where records go now, and those kept in memory meanwhile.
+#[derive(Debug)]
+struct State {
+    store: Store,
+    memory: Memory,
 }
 
 impl std::fmt::Debug for History {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("History").field("in_memory", &self.in_memory.is_some()).finish_non_exhaustive()
+        f.debug_struct("History").field("store", &lock(&self.state).store).finish_non_exhaustive()
     }
 }
 
 impl History {
-    /// The history, stored in the cluster when the `AnsibleRun` CRD is served, else in memory.
-    pub async fn new(client: Client) -> History {
+    /// The history, stored in the cluster when the `AnsibleRun` CRD is served and the operator may
+    /// write records in `namespaces` (empty: all), else in memory with one warning.
+    pub async fn new(client: Client, namespaces: &[String]) -> History {
+        let scopes = availability::scopes(namespaces);
+        let store = availability::probe(&client, &scopes).await;
+        announce(availability::tell(None, &store));
         let gvk = GroupVersionKind::gvk(record::GROUP, record::VERSION, record::KIND);
         let resource = ApiResource::from_gvk_with_plural(&gvk, record::PLURAL);
-        let served = with_timeout(
-            Api::<DynamicObject>::all_with(client.clone(), &resource).list(&ListParams::default().limit(1)),
-        )
-        .await;
-        let in_memory = match served {
-            Ok(_) => None,
-            Err(error) => {
-                tracing::warn!(
-                    crd = format!("{}.{}", record::PLURAL, record::GROUP),
-                    error = %error,
-                    "the run history's CRD is not served: run records are kept in memory only (install deploy/crds/)"
-                );
-                Some(Mutex::default())
+        History { client, resource, scopes, state: Mutex::new(State { store, memory: Memory::new() }) }
+    }
+
+    /// While records are kept in memory, looks again every [`availability::RECHECK`] and moves to
+    /// the cluster once the CRD and the rights are there; ends then, or at `shutdown`.
+    pub async fn recheck(self: std::sync::Arc<Self>, shutdown: CancellationToken) {
+        let mut interval = tokio::time::interval(availability::RECHECK);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval.tick().await;
+        while !self.in_cluster() {
+            tokio::select! {
+                _ = interval.tick() => {}
+                () = shutdown.cancelled() => return,
             }
-        };
-        History { client, resource, in_memory }
+            let store = availability::probe(&self.client, &self.scopes).await;
+            let mut state = lock(&self.state);
+            announce(availability::tell(Some(&state.store), &store));
+            if let (Store::Memory(_), Store::Memory(availability::Missing::Unknown(_))) =
+                (&state.store, &store)
+            {
+                continue;
+            }
+            if store == Store::Cluster {
+                // Records from before live on in memory no more: the cluster's are the history.
+                state.memory.clear();
+            }
+            state.store = store;
+        }
+    }
+
+    /// Where records go now.
+    pub fn store(&self) -> Store {
+        lock(&self.state).store.clone()
     }
 
     /// Whether records are in the cluster (false: in memory only).
     pub fn in_cluster(&self) -> bool {
-        self.in_memory.is_none()
+        lock(&self.state).store == Store::Cluster
+    }
+
+    /// `f` on the records in memory, when that is where they are (`None`: in the cluster).
+    fn in_memory<R>(&self, f: impl FnOnce(&mut Memory) -> R) -> Option<R> {
+        let mut state = lock(&self.state);
+        match state.store {
+            Store::Cluster => None,
+            Store::Memory(_) => Some(f(&mut state.memory)),
+        }
     }
 
     fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -120,14 +165,17 @@ impl History {
         keep: impl Fn(&Value) -> bool,
         owner: &str,
     ) -> Result<Vec<Value>, Error> {
-        let mut runs: Vec<Value> = match &self.in_memory {
-            Some(memory) => lock(memory)
+        let remembered = self.in_memory(|memory| {
+            memory
                 .values()
                 .flatten()
                 .filter(|run| namespace.is_none() || run["metadata"]["namespace"].as_str() == namespace)
                 .filter(|run| keep(run))
                 .cloned()
-                .collect(),
+                .collect()
+        });
+        let mut runs: Vec<Value> = match remembered {
+            Some(runs) => runs,
             None => with_timeout(self.api(namespace).list(params))
                 .await
                 .map_err(|source| Error::Api { action: "list", owner: owner.to_string(), source })?
@@ -156,13 +204,13 @@ impl History {
         let owner = || record.owner.name.clone();
         let manifest = record.manifest();
         let namespace = record.owner.namespace.as_deref();
-        match &self.in_memory {
-            Some(memory) => {
-                let mut memory = lock(memory);
-                let runs = memory.entry(record.owner.uid.clone()).or_default();
-                runs.push_front(manifest);
-                runs.truncate(limit);
-            }
+        let kept = self.in_memory(|memory| {
+            let runs = memory.entry(record.owner.uid.clone()).or_default();
+            runs.push_front(manifest.clone());
+            runs.truncate(limit);
+        });
+        match kept {
+            Some(()) => {}
             None => {
                 let params = kube::api::PatchParams::apply(kubeapi::FIELD_MANAGER).force();
                 with_timeout(self.api(namespace).patch(
@@ -186,12 +234,13 @@ impl History {
         namespace: Option<&str>,
     ) -> Result<(), Error> {
         let status = json!({"confirmations": latest.confirmations + 1, "lastConfirmed": jiff::Timestamp::now().to_string()});
-        match &self.in_memory {
-            Some(memory) => {
-                if let Some(run) = lock(memory).get_mut(owner_uid).and_then(|runs| runs.front_mut()) {
-                    run["status"] = status;
-                }
+        let kept = self.in_memory(|memory| {
+            if let Some(run) = memory.get_mut(owner_uid).and_then(|runs| runs.front_mut()) {
+                run["status"] = status.clone();
             }
+        });
+        match kept {
+            Some(()) => {}
             None => {
                 let patch = json!({"status": status});
                 with_timeout(self.api(namespace).patch_status(
@@ -229,17 +278,33 @@ impl History {
 
     /// One record by name.
     pub async fn run(&self, namespace: Option<&str>, name: &str) -> Result<Option<Value>, Error> {
-        match &self.in_memory {
-            Some(memory) => Ok(lock(memory)
+        let remembered = self.in_memory(|memory| {
+            memory
                 .values()
                 .flatten()
                 .find(|r| r["metadata"]["name"] == name && r["metadata"]["namespace"].as_str() == namespace)
-                .cloned()),
+                .cloned()
+        });
+        match remembered {
+            Some(found) => Ok(found),
             None => with_timeout(self.api(namespace).get_opt(name))
                 .await
                 .map(|found| found.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)))
                 .map_err(|source| Error::Api { action: "read", owner: name.to_string(), source }),
         }
+    }
+}
+
+/// Logs what [`availability::tell`] decided.
+fn announce(tell: Tell) {
+    match tell {
+        Tell::Nothing => {}
+        Tell::InMemory(missing) => tracing::warn!(
+            missing = %missing,
+            install = availability::INSTALL,
+            "run history is not installed: run records are kept in memory only (the API and console show those); runs, status and metrics are unaffected"
+        ),
+        Tell::Installed => tracing::info!("run history installed: run records are now stored as AnsibleRuns"),
     }
 }
 

@@ -3,6 +3,7 @@
 //! trigger.
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
@@ -140,7 +141,12 @@ pub async fn finish(
         write(history, ctx, &record, journal.latest.as_ref()).await;
     }
     if let Some(events) = &ctx.settings.events {
-        events.publish(&record, &object.object_ref(&ctx.resource)).await;
+        // With the resourceVersion, as client-go's reference to an object.
+        let reference = ObjectReference {
+            resource_version: object.metadata.resource_version.clone(),
+            ..object.object_ref(&ctx.resource)
+        };
+        events.record(&reference, &crate::history::events::note(&record)).await;
     }
 }
 

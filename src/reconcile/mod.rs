@@ -70,7 +70,7 @@ pub struct Settings {
     /// Where run records go (`None` with `--run-history-limit=0`).
     pub history: Option<Arc<crate::history::History>>,
     /// Events on the CRs about their runs.
-    pub events: Option<Arc<crate::history::events::Events>>,
+    pub events: Option<Arc<crate::recorder::Recorder>>,
     /// What the operator remembers between runs, to tell why a run happens.
     pub ledger: Arc<crate::history::Ledger>,
     /// Run records kept per CR (`--run-history-limit`; a watch's `runHistoryLimit` wins).
