@@ -229,7 +229,19 @@ fn action(kind: &Kind, verb: &'static str, namespace: Option<String>, name: Opti
         verb,
         group: kind.resource.group.clone(),
         resource: kind.resource.plural.clone(),
+        subresource: None,
         namespace: namespace.filter(|_| kind.namespaced),
         name,
     }
+}
+
+/// Lets `user` read the run logs of the CR at `path`: `get` on `<plural>/log`, as `kubectl logs`
+/// needs `get` on `pods/log`. A log prints task results, which `get` on the CR alone must not show.
+pub(super) async fn authorize_log(state: &State, kind: &Kind, path: &CrPath, user: &User) -> Result<(), Error> {
+    let namespace = namespace(path).map(str::to_string);
+    let mut action = action(kind, "get", namespace, Some(path.name.clone()));
+    if let Action::Resource { subresource, .. } = &mut action {
+        *subresource = Some("log".into());
+    }
+    Ok(state.access.authorize(user, action).await?)
 }
