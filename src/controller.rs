@@ -1,6 +1,7 @@
 //! One controller per watch entry: discovery of the kind, a filtered watch per watched namespace
 //! (upstream's triggers, §6.1), and kube-runtime's queue driving [`reconcile`].
 
+use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::decoded::{self, Decoded, Undecodable};
 use crate::health::SyncToken;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
@@ -131,7 +133,8 @@ impl WatchController {
         let namespace = namespace.as_deref();
         let ctx = &self.ctx;
         let client = ctx.client.clone();
-        let api: Api<DynamicObject> = match namespace {
+        // Each CR decoded on its own: one the operator cannot decode is skipped, not its kind.
+        let api: Api<Decoded> = match namespace {
             Some(namespace) => Api::namespaced_with(client, namespace, &ctx.resource),
             None => Api::all_with(client, &ctx.resource),
         };
@@ -151,12 +154,26 @@ impl WatchController {
         });
         let store = reader.clone();
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
+        let mut reported = HashSet::new();
         let trigger = watcher(api, config)
             .default_backoff()
             .inspect(move |event| match event {
                 Ok(watcher::Event::InitDone) => errors.listed(),
                 Err(error) => errors.failed(error),
                 Ok(_) => {}
+            })
+            .filter_map({
+                let ctx = ctx.clone();
+                move |event| {
+                    let event = match event {
+                        Ok(event) => decoded_event(event, |undecodable| {
+                            report_undecodable(&ctx, undecodable, &mut reported)
+                        })
+                        .map(Ok),
+                        Err(error) => Some(Err(error)),
+                    };
+                    std::future::ready(event)
+                }
             })
             .modify(|object| object.managed_fields_mut().clear())
             .reflect(writer)
@@ -167,7 +184,9 @@ impl WatchController {
                 let mut cached = cached;
                 move |event| {
                     match event {
-                        watcher::Event::Delete(object) => remove_runner_dir(&ctx, object),
+                        watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
+                            remove_runner_dir(&ctx, object)
+                        }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {
                                 token.synced();
@@ -220,6 +239,55 @@ fn discovery_error(gvk: &Gvk, source: kube::Error) -> Error {
     }
 }
 
+/// The watch event with its CR decoded. A CR that could not be decoded is reported (`report`) and,
+/// when it was added or changed, becomes the deletion of a stand-in (see
+/// [`Undecodable::stand_in`]): the cache forgets an older version and nothing runs for it; in the
+/// initial list it is left out.
+fn decoded_event(
+    event: watcher::Event<Decoded>,
+    mut report: impl FnMut(&Undecodable),
+) -> Option<watcher::Event<DynamicObject>> {
+    use watcher::Event;
+    match event {
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+        Event::Apply(Decoded::Object(object)) => Some(Event::Apply(object)),
+        Event::InitApply(Decoded::Object(object)) => Some(Event::InitApply(object)),
+        Event::Delete(Decoded::Object(object)) => Some(Event::Delete(object)),
+        Event::Apply(Decoded::Undecodable(undecodable)) => {
+            report(&undecodable);
+            Some(Event::Delete(undecodable.stand_in()))
+        }
+        Event::InitApply(Decoded::Undecodable(undecodable)) => {
+            report(&undecodable);
+            None
+        }
+        Event::Delete(Decoded::Undecodable(undecodable)) => Some(Event::Delete(undecodable.metadata_only())),
+    }
+}
+
+/// Says once per version of a CR that it cannot be decoded: a warning naming it, the
+/// `ansible_operator_undecodable_crs_total` counter, a Warning Event on it.
+fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut HashSet<(String, String)>) {
+    let meta = &undecodable.metadata;
+    let version = (meta.uid.clone().unwrap_or_default(), meta.resource_version.clone().unwrap_or_default());
+    if !reported.insert(version) {
+        return;
+    }
+    tracing::warn!(
+        gvk = %ctx.watch.gvk,
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        error = %undecodable.error,
+        "cannot decode this CR: it is skipped, the other CRs of its kind go on"
+    );
+    ctx.metrics.undecodable_cr(&ctx.gvk_label);
+    if let Some(events) = ctx.settings.events.clone() {
+        let (reference, error) = (undecodable.reference(), undecodable.error.clone());
+        tokio::spawn(async move { events.undecodable(&reference, &error).await });
+    }
+}
+
 /// A deleted CR's runner directory goes with it (upstream leaves them behind, AOP #47).
 fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
     let dir = reconcile::runner_dir(&ctx.settings, &ctx.watch, object);
@@ -264,6 +332,31 @@ mod tests {
             "metadata": {"name": "a", "generation": generation, "annotations": annotations}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn an_undecodable_cr_is_reported_and_leaves_the_cache_while_the_others_pass() {
+        let deep = format!(
+            r#"{{"apiVersion":"x/v1","kind":"X","metadata":{{"name":"deep","uid":"u"}},"spec":{}1{}}}"#,
+            r#"{"a":"#.repeat(200),
+            "}".repeat(200)
+        );
+        let undecodable = || Decoded::from_json(&deep);
+        let good = || Decoded::Object(object(1, json!({})));
+        let mut reported = Vec::new();
+        let mut decide = |event| decoded_event(event, |u: &Undecodable| reported.push(u.metadata.name.clone()));
+        assert!(matches!(decide(watcher::Event::Apply(good())), Some(watcher::Event::Apply(_))));
+        assert!(matches!(decide(watcher::Event::InitApply(good())), Some(watcher::Event::InitApply(_))));
+        assert!(decide(watcher::Event::InitApply(undecodable())).is_none());
+        let Some(watcher::Event::Delete(stand_in)) = decide(watcher::Event::Apply(undecodable())) else {
+            panic!("a changed CR that cannot be decoded leaves the cache")
+        };
+        assert!(decoded::is_stand_in(&stand_in));
+        let Some(watcher::Event::Delete(deleted)) = decide(watcher::Event::Delete(undecodable())) else {
+            panic!("a deleted one is deleted")
+        };
+        assert!(!decoded::is_stand_in(&deleted), "its runner directory goes");
+        assert_eq!(reported, [Some("deep".to_string()), Some("deep".to_string())]);
     }
 
     #[test]

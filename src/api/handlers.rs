@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Error, Kind, State, views};
 use crate::access::{Action, User};
+use crate::decoded::Decoded;
 use crate::kubeapi::{self, with_timeout};
 use crate::reconcile::annotations::{RECONCILE_REQUESTED, ReconcileRequest};
 
@@ -68,10 +69,9 @@ pub async fn crs(
     let namespace = query.namespace.filter(|n| !n.is_empty() && kind.namespaced);
     let user = authenticate(&state, &headers).await?;
     state.access.authorize(&user, action(kind, "list", namespace.clone(), None)).await?;
+    // Each CR decoded on its own: one too deep to decode is listed by its metadata alone.
     let api = match &namespace {
-        Some(namespace) => {
-            Api::<DynamicObject>::namespaced_with(state.client.clone(), namespace, &kind.resource)
-        }
+        Some(namespace) => Api::<Decoded>::namespaced_with(state.client.clone(), namespace, &kind.resource),
         None => Api::all_with(state.client.clone(), &kind.resource),
     };
     let listed = with_timeout(api.list(&ListParams::default()))
@@ -80,7 +80,11 @@ pub async fn crs(
     let records = state.history.all_runs(namespace.as_deref()).await?;
     let mut items = Vec::new();
     for object in listed.items {
-        let object = serde_json::to_value(&object).unwrap_or(Value::Null);
+        let object = match object {
+            Decoded::Object(object) => serde_json::to_value(&object),
+            Decoded::Undecodable(undecodable) => serde_json::to_value(undecodable.stand_in()),
+        };
+        let object = object.unwrap_or(Value::Null);
         let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
         let latest = records.iter().find(|r| r["spec"]["owner"]["uid"] == uid);
         items.push(views::cr_summary(&object, latest, state.live.of(uid).as_deref()));

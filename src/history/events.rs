@@ -42,6 +42,23 @@ impl Events {
     }
 }
 
+impl Events {
+    /// A Warning Event on a CR the operator could not decode and so skips (`error` says why).
+    pub async fn undecodable(&self, reference: &ObjectReference, error: &str) {
+        let note = format!("the operator cannot decode this CR and skips it (other CRs go on): {error}");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "Undecodable".into(),
+            note: Some(cut(note)),
+            action: "Decode".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, reference).await {
+            tracing::warn!(%error, reason = event.reason, "could not publish the Event of an undecodable CR");
+        }
+    }
+}
+
 /// The Event of a run.
 pub fn event(record: &RunRecord) -> Event {
     let trigger = record.trigger.reason();
