@@ -70,22 +70,41 @@ impl Decoded {
         match serde_json::from_str::<DynamicObject>(text) {
             Ok(object) => Decoded::Object(object),
             Err(error) => {
-                // Only the head: the fields it leaves out are skipped without recursion.
+                // Only the head, and of the metadata only what names the object: the rest
+                // (`spec`, and `managedFields`, which mirror the spec's depth) is skipped without
+                // recursion.
                 #[derive(Deserialize)]
                 #[serde(rename_all = "camelCase")]
                 struct Head {
                     api_version: Option<String>,
                     kind: Option<String>,
                     #[serde(default)]
-                    metadata: ObjectMeta,
+                    metadata: HeadMeta,
+                }
+                #[derive(Default, Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct HeadMeta {
+                    name: Option<String>,
+                    namespace: Option<String>,
+                    uid: Option<String>,
+                    resource_version: Option<String>,
+                    generation: Option<i64>,
                 }
                 let head = serde_json::from_str::<Head>(text).ok();
-                let (types, metadata) = match head {
+                let (types, meta) = match head {
                     Some(Head { api_version: Some(api_version), kind: Some(kind), metadata }) => {
                         (Some(TypeMeta { api_version, kind }), metadata)
                     }
                     Some(head) => (None, head.metadata),
-                    None => (None, ObjectMeta::default()),
+                    None => (None, HeadMeta::default()),
+                };
+                let metadata = ObjectMeta {
+                    name: meta.name,
+                    namespace: meta.namespace,
+                    uid: meta.uid,
+                    resource_version: meta.resource_version,
+                    generation: meta.generation,
+                    ..ObjectMeta::default()
                 };
                 Decoded::Undecodable(Undecodable { types, metadata, error: error.to_string() })
             }
@@ -158,8 +177,11 @@ mod tests {
     /// A CR whose spec nests `depth` objects deep.
     fn nested(name: &str, depth: usize) -> String {
         let spec = format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+        // As the API server sends it: managedFields mirror the spec's depth.
+        let fields = format!("{}{{}}{}", r#"{"f:a":"#.repeat(depth), "}".repeat(depth));
+        let managed = format!(r#"[{{"manager":"kubectl","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{fields}}}}}]"#);
         format!(
-            r#"{{"apiVersion":"x.example.com/v1","kind":"Deep","metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","resourceVersion":"7"}},"spec":{spec}}}"#
+            r#"{{"apiVersion":"x.example.com/v1","kind":"Deep","metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","resourceVersion":"7","managedFields":{managed}}},"spec":{spec}}}"#
         )
     }
 
@@ -182,6 +204,7 @@ mod tests {
         assert!(deep.error.contains("recursion limit exceeded"), "{}", deep.error);
         assert_eq!(object_name(&deep.metadata), "ns/deep");
         assert_eq!(deep.metadata.uid.as_deref(), Some("u-deep"));
+        assert_eq!(deep.metadata.resource_version.as_deref(), Some("7"), "the watch resumes from it");
         let stand_in = deep.stand_in();
         assert!(is_stand_in(&stand_in));
         assert_eq!(stand_in.types.as_ref().map(|t| t.kind.as_str()), Some("Deep"));

@@ -116,13 +116,18 @@ fn the_operator_refuses_to_start_on_a_runner_directory_another_user_owns() {
     let runner_dir = if owner == 0 { std::path::PathBuf::from("/") } else { foreign.clone() };
     let watches = support::playbook_watch(GROUP, KIND, "marker.yml");
     let mut operator = OperatorConfig::new(&watches, "default").arg(format!("--runner-dir={}", runner_dir.display())).start();
-    let status = operator.terminate(Duration::from_secs(60)).expect("the operator exits");
-    assert!(!status.success(), "it must not start: {}", operator.log());
     let expected = format!(
         "error: runner directory {} is owned by uid {owner}, not by this operator's uid",
         runner_dir.display()
     );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !operator.log().contains(&expected) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert!(operator.log().contains(&expected), "{}", operator.log());
+    // It exited by itself, with a failure (terminate only reads the status of an ended process).
+    let status = operator.terminate(Duration::from_secs(5)).expect("the operator exited");
+    assert!(!status.success(), "it must not start: {}", operator.log());
 }
 
 /// The effective uid of the tests, as `id -u` says.
