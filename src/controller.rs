@@ -268,7 +268,11 @@ fn decoded_event(
 
 /// Says once per version of a CR that it cannot be decoded: a warning naming it, the
 /// `ansible_operator_undecodable_crs_total` counter, a Warning Event on it.
-fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut HashSet<(String, String)>) {
+fn report_undecodable(
+    ctx: &Arc<Context>,
+    undecodable: &Undecodable,
+    reported: &mut HashSet<(String, String)>,
+) {
     let meta = &undecodable.metadata;
     let version = (meta.uid.clone().unwrap_or_default(), meta.resource_version.clone().unwrap_or_default());
     if !reported.insert(version) {
@@ -344,7 +348,8 @@ mod tests {
         let undecodable = || Decoded::from_json(&deep);
         let good = || Decoded::Object(object(1, json!({})));
         let mut reported = Vec::new();
-        let mut decide = |event| decoded_event(event, |u: &Undecodable| reported.push(u.metadata.name.clone()));
+        let mut decide =
+            |event| decoded_event(event, |u: &Undecodable| reported.push(u.metadata.name.clone()));
         assert!(matches!(decide(watcher::Event::Apply(good())), Some(watcher::Event::Apply(_))));
         assert!(matches!(decide(watcher::Event::InitApply(good())), Some(watcher::Event::InitApply(_))));
         assert!(decide(watcher::Event::InitApply(undecodable())).is_none());

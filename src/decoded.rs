@@ -39,7 +39,11 @@ pub struct Undecodable {
 impl Undecodable {
     /// The object with its metadata only (e.g. to remove it from a cache when it is deleted).
     pub fn metadata_only(&self) -> DynamicObject {
-        DynamicObject { types: self.types.clone(), metadata: self.metadata.clone(), data: serde_json::Value::Null }
+        DynamicObject {
+            types: self.types.clone(),
+            metadata: self.metadata.clone(),
+            data: serde_json::Value::Null,
+        }
     }
 
     /// [`Undecodable::metadata_only`] marked with [`UNDECODABLE`]: in place of a CR that still
@@ -179,14 +183,19 @@ mod tests {
         let spec = format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
         // As the API server sends it: managedFields mirror the spec's depth.
         let fields = format!("{}{{}}{}", r#"{"f:a":"#.repeat(depth), "}".repeat(depth));
-        let managed = format!(r#"[{{"manager":"kubectl","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{fields}}}}}]"#);
+        let managed = format!(
+            r#"[{{"manager":"kubectl","operation":"Update","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{fields}}}}}]"#
+        );
         format!(
             r#"{{"apiVersion":"x.example.com/v1","kind":"Deep","metadata":{{"name":"{name}","namespace":"ns","uid":"u-{name}","resourceVersion":"7","managedFields":{managed}}},"spec":{spec}}}"#
         )
     }
 
     fn list(items: &[String]) -> String {
-        format!(r#"{{"apiVersion":"x.example.com/v1","kind":"DeepList","metadata":{{"resourceVersion":"9"}},"items":[{}]}}"#, items.join(","))
+        format!(
+            r#"{{"apiVersion":"x.example.com/v1","kind":"DeepList","metadata":{{"resourceVersion":"9"}},"items":[{}]}}"#,
+            items.join(",")
+        )
     }
 
     #[test]
@@ -194,11 +203,8 @@ mod tests {
         let text = list(&[nested("normal", 3), nested("deep", 200), nested("other", 10)]);
         assert!(serde_json::from_str::<ObjectList<DynamicObject>>(&text).is_err(), "kube's own decode fails");
         let decoded: ObjectList<Decoded> = serde_json::from_str(&text).unwrap();
-        let names: Vec<(String, bool)> = decoded
-            .items
-            .iter()
-            .map(|item| (item.name_any(), matches!(item, Decoded::Object(_))))
-            .collect();
+        let names: Vec<(String, bool)> =
+            decoded.items.iter().map(|item| (item.name_any(), matches!(item, Decoded::Object(_)))).collect();
         assert_eq!(names, [("normal".into(), true), ("deep".into(), false), ("other".into(), true)]);
         let Decoded::Undecodable(deep) = &decoded.items[1] else { unreachable!() };
         assert!(deep.error.contains("recursion limit exceeded"), "{}", deep.error);
@@ -217,7 +223,9 @@ mod tests {
     fn a_watch_event_of_an_object_too_deep_is_decoded_as_undecodable() {
         let line = format!(r#"{{"type":"ADDED","object":{}}}"#, nested("deep", 500));
         let event: kube::api::WatchEvent<Decoded> = serde_json::from_str(&line).unwrap();
-        let kube::api::WatchEvent::Added(Decoded::Undecodable(deep)) = event else { panic!("not undecodable") };
+        let kube::api::WatchEvent::Added(Decoded::Undecodable(deep)) = event else {
+            panic!("not undecodable")
+        };
         assert_eq!(deep.metadata.name.as_deref(), Some("deep"));
     }
 

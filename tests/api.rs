@@ -222,7 +222,10 @@ async fn a_runs_log_needs_get_on_the_log_subresource_while_its_tasks_need_get_on
     let refused = api.request("GET", &log_path, Some(&reader));
     assert_eq!(refused.status, 403, "{}", refused.body);
     let message = refused.body["message"].as_str().unwrap();
-    let expected = format!("system:serviceaccount:{}:reader may not get {resource}/log in namespace {}", ns.name, ns.name);
+    let expected = format!(
+        "system:serviceaccount:{}:reader may not get {resource}/log in namespace {}",
+        ns.name, ns.name
+    );
     assert_eq!(message, expected);
     assert!(!refused.body.to_string().contains("first line of logged"), "{}", refused.body);
 

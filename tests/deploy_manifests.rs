@@ -435,12 +435,22 @@ async fn the_service_account_is_refused_service_account_token_secrets_and_may_st
     create(&opaque).expect("an Opaque Secret is still allowed");
     kubectl_ok("create the Secret", ["create", "-f", opaque.to_str().unwrap()]);
     let target = "secret/pki";
-    as_service_account(&["-n", &ns.name, "annotate", target, "team=a"]).expect("other annotations are allowed");
-    let error = as_service_account(&["-n", &ns.name, "annotate", target, "kubernetes.io/service-account.name=default"])
-        .expect_err("adding the ServiceAccount annotation");
+    as_service_account(&["-n", &ns.name, "annotate", target, "team=a"])
+        .expect("other annotations are allowed");
+    let error = as_service_account(&[
+        "-n",
+        &ns.name,
+        "annotate",
+        target,
+        "kubernetes.io/service-account.name=default",
+    ])
+    .expect_err("adding the ServiceAccount annotation");
     assert!(error.contains("ansible-operator-no-service-account-tokens"), "{error}");
     // Nobody else is affected: the admin may still make one.
-    kubectl_ok("an admin's token Secret", ["create", "--dry-run=server", "-f", token_for("admins", &ns.name).to_str().unwrap()]);
+    kubectl_ok(
+        "an admin's token Secret",
+        ["create", "--dry-run=server", "-f", token_for("admins", &ns.name).to_str().unwrap()],
+    );
 }
 
 #[tokio::test]
@@ -456,7 +466,11 @@ async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_oper
     )
     .expect("write the overlay");
     let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), overlay.as_os_str()]);
-    assert!(output.status.success(), "dry run of deploy/ with components: [namespaced]: {}", describe(&output));
+    assert!(
+        output.status.success(),
+        "dry run of deploy/ with components: [namespaced]: {}",
+        describe(&output)
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     for object in [
         "role.rbac.authorization.k8s.io/ansible-operator-manager",

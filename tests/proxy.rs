@@ -188,7 +188,8 @@ async fn a_playbooks_impersonation_headers_are_dropped_so_it_acts_as_the_operato
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({"whoamiAs": "someone-else"})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
-    let seen = Api::<ConfigMap>::namespaced(client, &ns.name).get("owner-whoami").await.unwrap().data.unwrap();
+    let seen =
+        Api::<ConfigMap>::namespaced(client, &ns.name).get("owner-whoami").await.unwrap().data.unwrap();
     // The tests' operator runs with the admin's kubeconfig, which may impersonate anyone: only the
     // proxy stands between the header and the API server.
     let operator_user = support::kubectl_ok(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);

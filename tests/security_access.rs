@@ -40,8 +40,9 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     kubectl_create(&dir, "deep", &deep_cr(&ns.name, "deep", 200));
     let metrics = support::free_port();
     let watches = support::playbook_watch(GROUP, KIND, "marker.yml");
-    let operator =
-        OperatorConfig::new(&watches, &ns.name).arg(format!("--metrics-bind-address=127.0.0.1:{metrics}")).start();
+    let operator = OperatorConfig::new(&watches, &ns.name)
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
+        .start();
     let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "normal", json!({"level": {"level": "bottom"}})).await;
     support::wait_for_condition(&crs, "normal", "Successful", "True", WAIT).await;
@@ -62,7 +63,9 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     for name in ["deep", "deeper"] {
         support::wait_for(&format!("the log to name {name}"), WAIT, || async {
             let log = operator.log();
-            let line = log.lines().find(|l| l.contains("cannot decode this CR") && l.contains(&format!("\"{name}\"")));
+            let line = log
+                .lines()
+                .find(|l| l.contains("cannot decode this CR") && l.contains(&format!("\"{name}\"")));
             Ok(line.map(str::to_string).ok_or_else(|| "not yet".to_string()))
         })
         .await;
@@ -78,7 +81,8 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
                 "json",
             ]);
             let listed: Value = serde_json::from_str(&listed).map_err(|e| e.to_string())?;
-            let found = listed["items"].as_array().into_iter().flatten().find(|e| e["reason"] == "Undecodable");
+            let found =
+                listed["items"].as_array().into_iter().flatten().find(|e| e["reason"] == "Undecodable");
             Ok(found.cloned().ok_or_else(|| format!("{listed}")))
         })
         .await;
@@ -115,7 +119,9 @@ fn the_operator_refuses_to_start_on_a_runner_directory_another_user_owns() {
     };
     let runner_dir = if owner == 0 { std::path::PathBuf::from("/") } else { foreign.clone() };
     let watches = support::playbook_watch(GROUP, KIND, "marker.yml");
-    let mut operator = OperatorConfig::new(&watches, "default").arg(format!("--runner-dir={}", runner_dir.display())).start();
+    let mut operator = OperatorConfig::new(&watches, "default")
+        .arg(format!("--runner-dir={}", runner_dir.display()))
+        .start();
     let expected = format!(
         "error: runner directory {} is owned by uid {owner}, not by this operator's uid",
         runner_dir.display()

@@ -241,7 +241,12 @@ fn action(kind: &Kind, verb: &'static str, namespace: Option<String>, name: Opti
 
 /// Lets `user` read the run logs of the CR at `path`: `get` on `<plural>/log`, as `kubectl logs`
 /// needs `get` on `pods/log`. A log prints task results, which `get` on the CR alone must not show.
-pub(super) async fn authorize_log(state: &State, kind: &Kind, path: &CrPath, user: &User) -> Result<(), Error> {
+pub(super) async fn authorize_log(
+    state: &State,
+    kind: &Kind,
+    path: &CrPath,
+    user: &User,
+) -> Result<(), Error> {
     let namespace = namespace(path).map(str::to_string);
     let mut action = action(kind, "get", namespace, Some(path.name.clone()));
     if let Action::Resource { subresource, .. } = &mut action {

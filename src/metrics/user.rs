@@ -434,7 +434,8 @@ mod tests {
         assert_eq!(error.to_string(), "metric name of 201 characters is longer than the 200 allowed");
         apply(&mut m, json!({"name": "a".repeat(MAX_NAME_LENGTH), "counter": {}})).unwrap();
         let description = "d".repeat(MAX_DESCRIPTION_LENGTH + 1);
-        let error = apply(&mut m, json!({"name": "d", "description": description, "counter": {}})).unwrap_err();
+        let error =
+            apply(&mut m, json!({"name": "d", "description": description, "counter": {}})).unwrap_err();
         assert!(matches!(error, UserMetricError::DescriptionTooLong { length: 1025 }), "{error}");
         for n in 1..MAX_USER_METRICS {
             apply(&mut m, json!({"name": format!("m{n}"), "counter": {}})).unwrap();

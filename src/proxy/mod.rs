@@ -649,8 +649,13 @@ mod tests {
         let (listener, address) = http_server::test_client::listener().await;
         let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
         let connections = Arc::new(tokio::sync::Semaphore::new(1));
-        let proxy =
-            Proxy { client, credentials: Arc::default(), dependents: None, port: address.port(), connections };
+        let proxy = Proxy {
+            client,
+            credentials: Arc::default(),
+            dependents: None,
+            port: address.port(),
+            connections,
+        };
         let shutdown = CancellationToken::new();
         tokio::spawn(Arc::new(proxy).serve(listener, shutdown.clone()));
         let start = tokio::time::Instant::now();
@@ -660,7 +665,8 @@ mod tests {
         slow.write_all(b"GET /api HTTP/1.1\r\nHost: x\r\n").await.unwrap();
         // Waits in the backlog, then gets its answer once the slow one is cut off.
         let waiting = http_server::test_client::request(address, "GET", "/api", "");
-        let reply = tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("served after the timeout");
+        let reply =
+            tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("served after the timeout");
         assert_eq!(reply.status, 401);
         assert!(start.elapsed() >= http_server::HEADER_READ_TIMEOUT, "{:?}", start.elapsed());
         let mut rest = Vec::new();

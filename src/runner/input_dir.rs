@@ -343,7 +343,8 @@ mod tests {
         // A file an earlier run left readable by all is narrowed too.
         std::fs::create_dir_all(spec.dir.join("env")).unwrap();
         std::fs::write(spec.dir.join("env/extravars"), "{}").unwrap();
-        std::fs::set_permissions(spec.dir.join("env/extravars"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(spec.dir.join("env/extravars"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
         std::fs::set_permissions(&spec.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         write(&spec).unwrap();
         for dir in [spec.dir.clone(), spec.dir.join("env"), spec.dir.join("inventory")] {

@@ -164,7 +164,15 @@ pub fn service_account(namespace: &str, name: &str, verbs: &str, resource: &str)
 /// a Role granting `get` on `<resource>/log`, as README's Security section shows, and its binding.
 pub fn grant_log_reading(namespace: &str, name: &str, resource: &str) {
     let role = format!("{name}-log-reader");
-    kubectl_ok(["-n", namespace, "create", "role", &role, "--verb=get", &format!("--resource={resource}/log")]);
+    kubectl_ok([
+        "-n",
+        namespace,
+        "create",
+        "role",
+        &role,
+        "--verb=get",
+        &format!("--resource={resource}/log"),
+    ]);
     kubectl_ok([
         "-n",
         namespace,

@@ -318,7 +318,7 @@ async function crPage(group, plural, namespace, name) {
     log.textContent = '';
     logRefused.textContent = `You may see this run, not its log: reading a run's log needs get on ` +
       `${kind.plural}/log (apiGroups: ["${kind.group}"], resources: ["${kind.plural}/log"], verbs: ["get"]). ` +
-      `The API server said: ${e.message}`;
+      `Refused: ${e.message}`;
     logRefused.hidden = false;
   };
 
