@@ -59,6 +59,14 @@ async fn wait_detail(
     .await
 }
 
+/// Waits until the CR has succeeded and its run is recorded; its detail.
+async fn wait_recorded_success(api: &ApiServer, path: &str, token: &str) -> Value {
+    wait_detail(api, path, token, "a recorded run", |d| {
+        d["runs"].as_array().is_some_and(|runs| !runs.is_empty()) && d["state"] == "Successful"
+    })
+    .await
+}
+
 #[tokio::test]
 async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
     let client = support::client().await;
@@ -77,10 +85,7 @@ async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
     let theirs = support::cr_api(&client, GROUP, KIND, &other.name);
     support::create_cr(&theirs, GROUP, KIND, "theirs", json!({"pause": 0})).await;
     let mine_path = cr_path(&mine.name, "mine");
-    let detail = wait_detail(&api, &mine_path, &reader, "a recorded run", |d| {
-        d["runs"].as_array().is_some_and(|runs| !runs.is_empty()) && d["state"] == "Successful"
-    })
-    .await;
+    let detail = wait_recorded_success(&api, &mine_path, &reader).await;
 
     // Without a token, or with one the API server rejects: 401 with a JSON body.
     let anonymous = api.request("GET", "/api/v1/kinds", None);
@@ -207,10 +212,7 @@ async fn a_runs_log_needs_get_on_the_log_subresource_while_its_tasks_need_get_on
     let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "logged", json!({"pause": 0})).await;
     let path = cr_path(&ns.name, "logged");
-    let detail = wait_detail(&api, &path, &reader, "a recorded run", |d| {
-        d["runs"].as_array().is_some_and(|runs| !runs.is_empty()) && d["state"] == "Successful"
-    })
-    .await;
+    let detail = wait_recorded_success(&api, &path, &reader).await;
     let run_name = detail["runs"][0]["name"].as_str().unwrap().to_string();
 
     // `get` on the CR: its conditions, runs, tasks and times, not the log.

@@ -126,6 +126,23 @@ fn operator_rbac() -> RealObjects {
     RealObjects::default().apply(&files)
 }
 
+/// `kubectl apply --dry-run=server -k <dir>`, which must succeed and name each of `objects`; its
+/// output.
+fn dry_run_kustomization(dir: &Path, objects: &[&str]) -> Output {
+    let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), dir.as_os_str()]);
+    assert!(
+        output.status.success(),
+        "kubectl apply --dry-run=server -k {}: {}",
+        dir.display(),
+        describe(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for object in objects {
+        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
+    }
+    output
+}
+
 /// Every YAML file below `dir`, sorted, except kustomization files.
 fn manifest_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -148,28 +165,26 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
     let _turn = CLUSTER_OBJECTS.lock().await;
     let _namespace = operator_namespace();
 
-    let output =
-        kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), deploy().as_os_str()]);
-    assert!(output.status.success(), "kubectl apply --dry-run=server -k deploy/: {}", describe(&output));
+    let output = dry_run_kustomization(
+        &deploy(),
+        &[
+            "namespace/ansible-operator-system",
+            "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/etcdrestores.etcd.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/kubernetesclusters.platform.example.com",
+            "serviceaccount/ansible-operator",
+            "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
+            "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+            "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
+            "rolebinding.rbac.authorization.k8s.io/ansible-operator-leader-election",
+            "deployment.apps/ansible-operator-controller-manager",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for object in [
-        "namespace/ansible-operator-system",
-        "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/etcdrestores.etcd.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/kubernetesclusters.platform.example.com",
-        "serviceaccount/ansible-operator",
-        "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
-        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
-        "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
-        "rolebinding.rbac.authorization.k8s.io/ansible-operator-leader-election",
-        "deployment.apps/ansible-operator-controller-manager",
-        "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
-        "validatingadmissionpolicybinding.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
-    ] {
-        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
-    }
     assert!(!stdout.contains("memcached-sample"), "the samples are not part of the kustomization");
     // The namespace carries pod-security.kubernetes.io/warn=restricted: a violation would be a warning.
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -181,20 +196,14 @@ async fn sharded_overlay_runs_three_sharding_replicas_under_a_disruption_budget(
     let _turn = CLUSTER_OBJECTS.lock().await;
     let _rbac = operator_rbac();
     let overlay = deploy().join("sharded");
-    let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), overlay.as_os_str()]);
-    assert!(
-        output.status.success(),
-        "kubectl apply --dry-run=server -k deploy/sharded/: {}",
-        describe(&output)
+    let output = dry_run_kustomization(
+        &overlay,
+        &[
+            "deployment.apps/ansible-operator-controller-manager",
+            "poddisruptionbudget.policy/ansible-operator-controller-manager",
+            "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
+        ],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    for object in [
-        "deployment.apps/ansible-operator-controller-manager",
-        "poddisruptionbudget.policy/ansible-operator-controller-manager",
-        "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
-    ] {
-        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
-    }
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("PodSecurity"), "the dry run warned about pod security: {}", describe(&output));
 
@@ -465,22 +474,17 @@ async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_oper
         "resources:\n  - ../../../deploy\ncomponents:\n  - ../../../deploy/namespaced\n",
     )
     .expect("write the overlay");
-    let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), overlay.as_os_str()]);
-    assert!(
-        output.status.success(),
-        "dry run of deploy/ with components: [namespaced]: {}",
-        describe(&output)
+    let output = dry_run_kustomization(
+        &overlay,
+        &[
+            "role.rbac.authorization.k8s.io/ansible-operator-manager",
+            "rolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+            "clusterrole.rbac.authorization.k8s.io/ansible-operator-reviews",
+            "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-reviews",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+        ],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for object in [
-        "role.rbac.authorization.k8s.io/ansible-operator-manager",
-        "rolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
-        "clusterrole.rbac.authorization.k8s.io/ansible-operator-reviews",
-        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-reviews",
-        "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
-    ] {
-        assert!(stdout.contains(object), "{object} missing: {}", describe(&output));
-    }
     for object in [
         "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
