@@ -1,7 +1,7 @@
 //! One controller per watch entry: discovery of the kind, a filtered watch per watched namespace
 //! (upstream's triggers, §6.1), and kube-runtime's queue driving [`reconcile`].
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -154,7 +154,8 @@ impl WatchController {
         });
         let store = reader.clone();
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
-        let mut reported = HashSet::new();
+        // uid → the resourceVersion last reported: one entry per undecodable CR.
+        let mut reported = HashMap::new();
         let trigger = watcher(api, config)
             .default_backoff()
             .inspect(move |event| match event {
@@ -268,14 +269,10 @@ fn decoded_event(
 
 /// Says once per version of a CR that it cannot be decoded: a warning naming it, the
 /// `ansible_operator_undecodable_crs_total` counter, a Warning Event on it.
-fn report_undecodable(
-    ctx: &Arc<Context>,
-    undecodable: &Undecodable,
-    reported: &mut HashSet<(String, String)>,
-) {
+fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut HashMap<String, String>) {
     let meta = &undecodable.metadata;
-    let version = (meta.uid.clone().unwrap_or_default(), meta.resource_version.clone().unwrap_or_default());
-    if !reported.insert(version) {
+    let version = meta.resource_version.clone().unwrap_or_default();
+    if reported.insert(meta.uid.clone().unwrap_or_default(), version.clone()) == Some(version) {
         return;
     }
     tracing::warn!(
