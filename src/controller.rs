@@ -1,7 +1,6 @@
 //! One controller per watch entry: discovery of the kind, a filtered watch per watched namespace
 //! (upstream's triggers, §6.1), and kube-runtime's queue driving [`reconcile`].
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
@@ -154,8 +153,7 @@ impl WatchController {
         });
         let store = reader.clone();
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
-        // uid → the resourceVersion last reported: one entry per undecodable CR.
-        let mut reported = HashMap::new();
+        let mut reported = decoded::Reported::default();
         let trigger = watcher(api, config)
             .default_backoff()
             .inspect(move |event| match event {
@@ -167,7 +165,7 @@ impl WatchController {
                 let ctx = ctx.clone();
                 move |event| {
                     let event = match event {
-                        Ok(event) => decoded_event(event, |undecodable| {
+                        Ok(event) => decoded::decode_event(event, |undecodable| {
                             report_undecodable(&ctx, undecodable, &mut reported)
                         })
                         .map(Ok),
@@ -240,41 +238,13 @@ fn discovery_error(gvk: &Gvk, source: kube::Error) -> Error {
     }
 }
 
-/// The watch event with its CR decoded. A CR that could not be decoded is reported (`report`) and,
-/// when it was added or changed, becomes the deletion of a stand-in (see
-/// [`Undecodable::stand_in`]): the cache forgets an older version and nothing runs for it; in the
-/// initial list it is left out.
-fn decoded_event(
-    event: watcher::Event<Decoded>,
-    mut report: impl FnMut(&Undecodable),
-) -> Option<watcher::Event<DynamicObject>> {
-    use watcher::Event;
-    match event {
-        Event::Init => Some(Event::Init),
-        Event::InitDone => Some(Event::InitDone),
-        Event::Apply(Decoded::Object(object)) => Some(Event::Apply(object)),
-        Event::InitApply(Decoded::Object(object)) => Some(Event::InitApply(object)),
-        Event::Delete(Decoded::Object(object)) => Some(Event::Delete(object)),
-        Event::Apply(Decoded::Undecodable(undecodable)) => {
-            report(&undecodable);
-            Some(Event::Delete(undecodable.stand_in()))
-        }
-        Event::InitApply(Decoded::Undecodable(undecodable)) => {
-            report(&undecodable);
-            None
-        }
-        Event::Delete(Decoded::Undecodable(undecodable)) => Some(Event::Delete(undecodable.metadata_only())),
-    }
-}
-
 /// Says once per version of a CR that it cannot be decoded: a warning naming it, the
 /// `ansible_operator_undecodable_crs_total` counter, a Warning Event on it.
-fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut HashMap<String, String>) {
-    let meta = &undecodable.metadata;
-    let version = meta.resource_version.clone().unwrap_or_default();
-    if reported.insert(meta.uid.clone().unwrap_or_default(), version.clone()) == Some(version) {
+fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut decoded::Reported) {
+    if !reported.first_time(undecodable) {
         return;
     }
+    let meta = &undecodable.metadata;
     tracing::warn!(
         gvk = %ctx.watch.gvk,
         namespace = meta.namespace.as_deref().unwrap_or_default(),
@@ -333,32 +303,6 @@ mod tests {
             "metadata": {"name": "a", "generation": generation, "annotations": annotations}
         }))
         .unwrap()
-    }
-
-    #[test]
-    fn an_undecodable_cr_is_reported_and_leaves_the_cache_while_the_others_pass() {
-        let deep = format!(
-            r#"{{"apiVersion":"x/v1","kind":"X","metadata":{{"name":"deep","uid":"u"}},"spec":{}1{}}}"#,
-            r#"{"a":"#.repeat(200),
-            "}".repeat(200)
-        );
-        let undecodable = || Decoded::from_json(&deep);
-        let good = || Decoded::Object(object(1, json!({})));
-        let mut reported = Vec::new();
-        let mut decide =
-            |event| decoded_event(event, |u: &Undecodable| reported.push(u.metadata.name.clone()));
-        assert!(matches!(decide(watcher::Event::Apply(good())), Some(watcher::Event::Apply(_))));
-        assert!(matches!(decide(watcher::Event::InitApply(good())), Some(watcher::Event::InitApply(_))));
-        assert!(decide(watcher::Event::InitApply(undecodable())).is_none());
-        let Some(watcher::Event::Delete(stand_in)) = decide(watcher::Event::Apply(undecodable())) else {
-            panic!("a changed CR that cannot be decoded leaves the cache")
-        };
-        assert!(decoded::is_stand_in(&stand_in));
-        let Some(watcher::Event::Delete(deleted)) = decide(watcher::Event::Delete(undecodable())) else {
-            panic!("a deleted one is deleted")
-        };
-        assert!(!decoded::is_stand_in(&deleted), "its runner directory goes");
-        assert_eq!(reported, [Some("deep".to_string()), Some("deep".to_string())]);
     }
 
     #[test]

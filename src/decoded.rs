@@ -6,9 +6,11 @@
 //! with its name, and the others go on.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::core::{DynamicResourceScope, TypeMeta};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
@@ -158,6 +160,47 @@ impl Resource for Decoded {
     }
 }
 
+/// A watch event with its object decoded. An object that could not be decoded is reported
+/// (`report`) and, when it was added or changed, becomes the deletion of a stand-in (see
+/// [`Undecodable::stand_in`]): a cache forgets an older version and nothing runs for it; in the
+/// initial list it is left out.
+pub fn decode_event(
+    event: watcher::Event<Decoded>,
+    mut report: impl FnMut(&Undecodable),
+) -> Option<watcher::Event<DynamicObject>> {
+    use watcher::Event;
+    match event {
+        Event::Init => Some(Event::Init),
+        Event::InitDone => Some(Event::InitDone),
+        Event::Apply(Decoded::Object(object)) => Some(Event::Apply(object)),
+        Event::InitApply(Decoded::Object(object)) => Some(Event::InitApply(object)),
+        Event::Delete(Decoded::Object(object)) => Some(Event::Delete(object)),
+        Event::Apply(Decoded::Undecodable(undecodable)) => {
+            report(&undecodable);
+            Some(Event::Delete(undecodable.stand_in()))
+        }
+        Event::InitApply(Decoded::Undecodable(undecodable)) => {
+            report(&undecodable);
+            None
+        }
+        Event::Delete(Decoded::Undecodable(undecodable)) => Some(Event::Delete(undecodable.metadata_only())),
+    }
+}
+
+/// The undecodable objects reported so far: uid → the resourceVersion last reported (one entry per
+/// object, however often it is edited).
+#[derive(Debug, Default)]
+pub struct Reported(HashMap<String, String>);
+
+impl Reported {
+    /// Whether this version of the object is reported for the first time (a relist sees it again).
+    pub fn first_time(&mut self, undecodable: &Undecodable) -> bool {
+        let meta = &undecodable.metadata;
+        let version = meta.resource_version.clone().unwrap_or_default();
+        self.0.insert(meta.uid.clone().unwrap_or_default(), version.clone()) != Some(version)
+    }
+}
+
 /// `namespace/name` (or `name`) of an object, for messages.
 pub fn object_name(meta: &ObjectMeta) -> String {
     match &meta.namespace {
@@ -217,6 +260,43 @@ mod tests {
         let Decoded::Object(normal) = &decoded.items[0] else { unreachable!() };
         assert_eq!(normal.data["spec"], json!({"a": {"a": {"a": 1}}}));
         assert!(!is_stand_in(normal));
+    }
+
+    #[test]
+    fn an_undecodable_cr_is_reported_and_leaves_the_cache_while_the_others_pass() {
+        let deep = format!(
+            r#"{{"apiVersion":"x/v1","kind":"X","metadata":{{"name":"deep","uid":"u"}},"spec":{}1{}}}"#,
+            r#"{"a":"#.repeat(200),
+            "}".repeat(200)
+        );
+        let undecodable = || Decoded::from_json(&deep);
+        let good = || Decoded::from_json(r#"{"apiVersion":"x/v1","kind":"X","metadata":{"name":"good"}}"#);
+        let mut reported = Vec::new();
+        let mut decide =
+            |event| decode_event(event, |u: &Undecodable| reported.push(u.metadata.name.clone()));
+        assert!(matches!(decide(watcher::Event::Apply(good())), Some(watcher::Event::Apply(_))));
+        assert!(matches!(decide(watcher::Event::InitApply(good())), Some(watcher::Event::InitApply(_))));
+        assert!(decide(watcher::Event::InitApply(undecodable())).is_none());
+        let Some(watcher::Event::Delete(stand_in)) = decide(watcher::Event::Apply(undecodable())) else {
+            panic!("a changed CR that cannot be decoded leaves the cache")
+        };
+        assert!(is_stand_in(&stand_in));
+        let Some(watcher::Event::Delete(deleted)) = decide(watcher::Event::Delete(undecodable())) else {
+            panic!("a deleted one is deleted")
+        };
+        assert!(!is_stand_in(&deleted), "its runner directory goes");
+        assert_eq!(reported, [Some("deep".to_string()), Some("deep".to_string())]);
+    }
+
+    #[test]
+    fn each_version_of_an_undecodable_object_is_reported_once() {
+        let Decoded::Undecodable(first) = Decoded::from_json(&nested("deep", 200)) else { unreachable!() };
+        let mut reported = Reported::default();
+        assert!(reported.first_time(&first));
+        assert!(!reported.first_time(&first), "a relist sees it again");
+        let mut edited = first.clone();
+        edited.metadata.resource_version = Some("8".into());
+        assert!(reported.first_time(&edited));
     }
 
     #[test]

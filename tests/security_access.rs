@@ -14,22 +14,6 @@ const GROUP: &str = "deep.test.example.com";
 const KIND: &str = "Nested";
 const WAIT: Duration = Duration::from_secs(180);
 
-/// A `Nested` CR whose spec nests `depth` objects deep, as JSON text (serde_json could not even
-/// parse it back into a `Value`; the API server and kubectl take it).
-fn deep_cr(namespace: &str, name: &str, depth: usize) -> String {
-    let spec = format!("{}\"bottom\"{}", r#"{"level":"#.repeat(depth), "}".repeat(depth));
-    format!(
-        r#"{{"apiVersion":"{GROUP}/v1alpha1","kind":"{KIND}","metadata":{{"name":"{name}","namespace":"{namespace}"}},"spec":{spec}}}"#
-    )
-}
-
-/// Creates a CR from JSON text with kubectl.
-fn kubectl_create(dir: &std::path::Path, name: &str, text: &str) {
-    let file = dir.join(format!("{name}.json"));
-    std::fs::write(&file, text).expect("write the CR");
-    support::kubectl_ok(["create", "-f", file.to_str().unwrap()]);
-}
-
 #[tokio::test]
 async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_kind_converge() {
     let client = support::client().await;
@@ -37,7 +21,7 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     let ns = support::TestNamespace::new(&client, "deep-cr").await;
     let dir = scratch_dir(&format!("{}-crs", ns.name));
     // In the initial list, and added while the operator watches.
-    kubectl_create(&dir, "deep", &deep_cr(&ns.name, "deep", 200));
+    support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deep", 200);
     let metrics = support::free_port();
     let watches = support::playbook_watch(GROUP, KIND, "marker.yml");
     let operator = OperatorConfig::new(&watches, &ns.name)
@@ -46,7 +30,7 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "normal", json!({"level": {"level": "bottom"}})).await;
     support::wait_for_condition(&crs, "normal", "Successful", "True", WAIT).await;
-    kubectl_create(&dir, "deeper", &deep_cr(&ns.name, "deeper", 300));
+    support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deeper", 300);
 
     // A spec change of the normal one still converges: the watch did not stop at the deep ones.
     let patch = json!({"spec": {"changed": true}});
