@@ -72,6 +72,8 @@ pub enum Action {
         group: String,
         /// Plural resource name.
         resource: String,
+        /// Subresource (`log` of a run log), checked as the API server checks `pods/log`.
+        subresource: Option<String>,
         /// Namespace, when the request is about one.
         namespace: Option<String>,
         /// Object name, when the request is about one.
@@ -96,9 +98,12 @@ impl Action {
     /// The thing acted on, for messages: `memcacheds.cache.example.com in namespace a`.
     fn describe(&self) -> String {
         match self {
-            Action::Resource { group, resource, namespace, .. } => {
-                let resource =
+            Action::Resource { group, resource, subresource, namespace, .. } => {
+                let mut resource =
                     if group.is_empty() { resource.clone() } else { format!("{resource}.{group}") };
+                if let Some(subresource) = subresource {
+                    resource = format!("{resource}/{subresource}");
+                }
                 match namespace {
                     Some(namespace) => format!("{resource} in namespace {namespace}"),
                     None => format!("{resource} in all namespaces"),
@@ -200,11 +205,12 @@ impl Access {
 
     async fn review_access(&self, user: &User, action: &Action) -> Result<bool, Error> {
         let (resource_attributes, non_resource_attributes) = match action {
-            Action::Resource { verb, group, resource, namespace, name } => (
+            Action::Resource { verb, group, resource, subresource, namespace, name } => (
                 Some(ResourceAttributes {
                     verb: Some(verb.to_string()),
                     group: Some(group.clone()),
                     resource: Some(resource.clone()),
+                    subresource: subresource.clone(),
                     namespace: namespace.clone(),
                     name: name.clone(),
                     ..Default::default()
@@ -261,6 +267,7 @@ mod tests {
             verb: "get",
             group: group.into(),
             resource: "memcacheds".into(),
+            subresource: None,
             namespace: namespace.map(str::to_string),
             name: None,
         };
@@ -269,6 +276,11 @@ mod tests {
             "memcacheds.cache.example.com in namespace a"
         );
         assert_eq!(action(None, "").describe(), "memcacheds in all namespaces");
+        let mut log = action(Some("a"), "cache.example.com");
+        if let Action::Resource { subresource, .. } = &mut log {
+            *subresource = Some("log".into());
+        }
+        assert_eq!(log.describe(), "memcacheds.cache.example.com/log in namespace a");
         assert_eq!(Action::Path { verb: "get", path: "/metrics".into() }.describe(), "/metrics");
     }
 

@@ -79,6 +79,7 @@ pub fn main(cli: Cli) -> ExitCode {
 /// probes), then the controllers once this replica leads, and run until a signal.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let toolchain = log_versions().await;
+    runner::input_dir::prepare_root(&args.runner_dir)?;
     let (env, playbook_env) = environment(&args)?;
     let loaded = load_watches(&args, &env)?;
     let (client, proxy_client) = clients().await?;

@@ -15,6 +15,7 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::decoded::{self, Decoded, Undecodable};
 use crate::health::SyncToken;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
@@ -131,7 +132,8 @@ impl WatchController {
         let namespace = namespace.as_deref();
         let ctx = &self.ctx;
         let client = ctx.client.clone();
-        let api: Api<DynamicObject> = match namespace {
+        // Each CR decoded on its own: one the operator cannot decode is skipped, not its kind.
+        let api: Api<Decoded> = match namespace {
             Some(namespace) => Api::namespaced_with(client, namespace, &ctx.resource),
             None => Api::all_with(client, &ctx.resource),
         };
@@ -151,12 +153,26 @@ impl WatchController {
         });
         let store = reader.clone();
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
+        let mut reported = decoded::Reported::default();
         let trigger = watcher(api, config)
             .default_backoff()
             .inspect(move |event| match event {
                 Ok(watcher::Event::InitDone) => errors.listed(),
                 Err(error) => errors.failed(error),
                 Ok(_) => {}
+            })
+            .filter_map({
+                let ctx = ctx.clone();
+                move |event| {
+                    let event = match event {
+                        Ok(event) => decoded::decode_event(event, |undecodable| {
+                            report_undecodable(&ctx, undecodable, &mut reported)
+                        })
+                        .map(Ok),
+                        Err(error) => Some(Err(error)),
+                    };
+                    std::future::ready(event)
+                }
             })
             .modify(|object| object.managed_fields_mut().clear())
             .reflect(writer)
@@ -167,7 +183,9 @@ impl WatchController {
                 let mut cached = cached;
                 move |event| {
                     match event {
-                        watcher::Event::Delete(object) => remove_runner_dir(&ctx, object),
+                        watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
+                            remove_runner_dir(&ctx, object)
+                        }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {
                                 token.synced();
@@ -217,6 +235,27 @@ fn discovery_error(gvk: &Gvk, source: kube::Error) -> Error {
         }
         kube::Error::Api(status) if status.code == 404 => Error::NotServed { gvk },
         source => Error::Discovery { gvk, source },
+    }
+}
+
+/// Says once per version of a CR that it cannot be decoded: a warning naming it, the
+/// `ansible_operator_undecodable_crs_total` counter, a Warning Event on it.
+fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut decoded::Reported) {
+    if !reported.first_time(undecodable) {
+        return;
+    }
+    let meta = &undecodable.metadata;
+    tracing::warn!(
+        gvk = %ctx.watch.gvk,
+        namespace = meta.namespace.as_deref().unwrap_or_default(),
+        name = meta.name.as_deref().unwrap_or_default(),
+        error = %undecodable.error,
+        "cannot decode this CR: it is skipped, the other CRs of its kind go on"
+    );
+    ctx.metrics.undecodable_cr(&ctx.gvk_label);
+    if let Some(events) = ctx.settings.events.clone() {
+        let (reference, error) = (undecodable.reference(), undecodable.error.clone());
+        tokio::spawn(async move { events.record(&reference, &crate::history::events::undecodable(&error)).await });
     }
 }
 

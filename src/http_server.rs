@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 /// How long a client may take to send its request headers (upstream's apiserver uses 5s too).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Response body of these servers.
 pub type Body = Full<Bytes>;

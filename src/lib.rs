@@ -8,6 +8,7 @@ pub mod api;
 pub mod app;
 pub mod cli;
 pub mod controller;
+pub mod decoded;
 pub mod executor;
 pub mod go_duration;
 pub mod health;

@@ -1,14 +1,14 @@
 //! The HTTPS API against the real API server and real Ansible, with real ServiceAccount tokens: no
 //! token 401, another namespace or a reconcile without `patch` 403, the right data otherwise; a
-//! running playbook's log arrives live before the run ends; a reconcile request starts a run whose
-//! record says who asked.
+//! run's log needs `get` on `<plural>/log` besides `get` on the CR; a running playbook's log arrives
+//! live before the run ends; a reconcile request starts a run whose record says who asked.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::api::{ApiServer, certificate, service_account};
+use support::api::{ApiServer, certificate, grant_log_reading, service_account};
 use support::operator::{Operator, OperatorConfig};
 
 const GROUP: &str = "api.test.example.com";
@@ -59,6 +59,14 @@ async fn wait_detail(
     .await
 }
 
+/// Waits until the CR has succeeded and its run is recorded; its detail.
+async fn wait_recorded_success(api: &ApiServer, path: &str, token: &str) -> Value {
+    wait_detail(api, path, token, "a recorded run", |d| {
+        d["runs"].as_array().is_some_and(|runs| !runs.is_empty()) && d["state"] == "Successful"
+    })
+    .await
+}
+
 #[tokio::test]
 async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
     let client = support::client().await;
@@ -68,6 +76,7 @@ async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
     let resource = format!("{PLURAL}.{GROUP}");
     let reader = service_account(&mine.name, "reader", "get,list", &resource);
     let operator_user = service_account(&mine.name, "operator-user", "get,list,patch", &resource);
+    grant_log_reading(&mine.name, "reader", &resource);
     let cert_dir = support::operator::scratch_dir("api-cert");
     let (_operator, api) = operator(&format!("{},{}", mine.name, other.name), Some(&cert_dir));
 
@@ -76,10 +85,7 @@ async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
     let theirs = support::cr_api(&client, GROUP, KIND, &other.name);
     support::create_cr(&theirs, GROUP, KIND, "theirs", json!({"pause": 0})).await;
     let mine_path = cr_path(&mine.name, "mine");
-    let detail = wait_detail(&api, &mine_path, &reader, "a recorded run", |d| {
-        d["runs"].as_array().is_some_and(|runs| !runs.is_empty()) && d["state"] == "Successful"
-    })
-    .await;
+    let detail = wait_recorded_success(&api, &mine_path, &reader).await;
 
     // Without a token, or with one the API server rejects: 401 with a JSON body.
     let anonymous = api.request("GET", "/api/v1/kinds", None);
@@ -149,6 +155,7 @@ async fn a_running_playbooks_log_arrives_live_before_the_run_ends() {
     install(&client).await;
     let ns = support::TestNamespace::new(&client, "api-live").await;
     let token = service_account(&ns.name, "watcher", "get,list", &format!("{PLURAL}.{GROUP}"));
+    grant_log_reading(&ns.name, "watcher", &format!("{PLURAL}.{GROUP}"));
     let (_operator, api) = operator(&ns.name, None);
     let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "slow", json!({"pause": 8})).await;
@@ -193,4 +200,47 @@ async fn a_running_playbooks_log_arrives_live_before_the_run_ends() {
     let log = api.request("GET", &format!("{path}/runs/{name}/log"), Some(&token));
     let text = log.body.as_str().unwrap_or_default();
     assert!(text.contains("first line of slow") && text.contains("last line of slow"), "{text}");
+}
+
+#[tokio::test]
+async fn a_runs_log_needs_get_on_the_log_subresource_while_its_tasks_need_get_on_the_cr() {
+    let client = support::client().await;
+    install(&client).await;
+    let ns = support::TestNamespace::new(&client, "api-log").await;
+    let resource = format!("{PLURAL}.{GROUP}");
+    let reader = service_account(&ns.name, "reader", "get,list", &resource);
+    let (_operator, api) = operator(&ns.name, None);
+    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
+    support::create_cr(&crs, GROUP, KIND, "logged", json!({"pause": 0})).await;
+    let path = cr_path(&ns.name, "logged");
+    let detail = wait_recorded_success(&api, &path, &reader).await;
+    let run_name = detail["runs"][0]["name"].as_str().unwrap().to_string();
+
+    // `get` on the CR: its conditions, runs, tasks and times, not the log.
+    assert!(detail["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "Successful"), "{detail}");
+    let run = api.get_ok(&format!("{path}/runs/{run_name}"), &reader);
+    assert_eq!(run["tasks"].as_array().map(Vec::len), Some(3), "{run}");
+    assert!(run["tasks"][0]["durationSeconds"].is_number(), "{run}");
+    let log_path = format!("{path}/runs/{run_name}/log");
+    let refused = api.request("GET", &log_path, Some(&reader));
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let message = refused.body["message"].as_str().unwrap();
+    let expected = format!(
+        "system:serviceaccount:{}:reader may not get {resource}/log in namespace {}",
+        ns.name, ns.name
+    );
+    assert_eq!(message, expected);
+    assert!(!refused.body.to_string().contains("first line of logged"), "{}", refused.body);
+
+    // A Role granting `get` on `<plural>/log`: the log (once the cached refusal expires, 10 s).
+    grant_log_reading(&ns.name, "reader", &resource);
+    let text = support::wait_for("the log, once granted", WAIT, || async {
+        let reply = api.request("GET", &log_path, Some(&reader));
+        Ok(match reply.status {
+            200 => Ok(reply.body.as_str().unwrap_or_default().to_string()),
+            status => Err(format!("{status}: {}", reply.body)),
+        })
+    })
+    .await;
+    assert!(text.contains("TASK [say hello]") && text.contains("first line of logged"), "{text}");
 }

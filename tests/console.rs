@@ -1,6 +1,7 @@
 //! The web console in a real headless Chromium (Debian's chromium and chromium-driver, driven over
 //! WebDriver): sign in with a ServiceAccount's token, find the CR, open it, see its runs and the task
-//! chart, press "Reconcile now" and see the new run appear. Screenshots go to
+//! chart, read why its log is refused until the account may `get` `<plural>/log`, press "Reconcile
+//! now" and see the new run appear. Screenshots go to
 //! target/test-output/console/ for a reviewer to look at.
 
 mod support;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
-use support::api::{ApiServer, service_account};
+use support::api::{ApiServer, grant_log_reading, service_account};
 use support::operator::OperatorConfig;
 
 const GROUP: &str = "console.test.example.com";
@@ -149,8 +150,23 @@ async fn sign_in_open_a_cr_read_its_runs_and_reconcile_it_now() {
         wait_texts(&browser, "#task-chart svg g.task > text:first-of-type", "task names", |t| t.len() == 3)
             .await;
     assert_eq!(names, ["say hello", "wait a moment", "say goodbye"]);
-    wait_texts(&browser, "#log", "the run's log", |log| log.iter().any(|l| l.contains("first line of web")))
-        .await;
+    // The account may read the CR, not its log: the log pane says why and what to grant.
+    let refused = wait_texts(&browser, "#log-refused", "why the log is refused", |t| {
+        t.iter().any(|t| t.contains("not its log"))
+    })
+    .await;
+    assert!(refused[0].contains(&format!("get on {PLURAL}/log")), "{refused:?}");
+    assert!(refused[0].contains(&format!("may not get {PLURAL}.{GROUP}/log")), "{refused:?}");
+    assert!(texts(&browser, "#log").await.unwrap().iter().all(|l| !l.contains("first line of web")));
+    screenshot(&browser, "03-log-refused.png").await;
+    grant_log_reading(&ns.name, "console", &format!("{PLURAL}.{GROUP}"));
+    support::wait_for("the run's log, once granted", WAIT, || async {
+        browser.refresh().await.map_err(|e| e.to_string())?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let log = texts(&browser, "#log").await?;
+        Ok(if log.iter().any(|l| l.contains("first line of web")) { Ok(()) } else { Err(format!("{log:?}")) })
+    })
+    .await;
     let conditions = texts(&browser, ".conditions tbody tr").await.unwrap();
     assert!(conditions.iter().any(|c| c.starts_with("Successful")), "{conditions:?}");
     screenshot(&browser, "03-cr.png").await;

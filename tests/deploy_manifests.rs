@@ -1,6 +1,8 @@
 //! The manifests under `deploy/` against the real local API server: server-side dry runs of the
 //! kustomization, of every manifest file and of the samples; the RBAC applied for real and checked
-//! with `kubectl auth can-i`; and the sample operator run as the ServiceAccount it grants.
+//! with `kubectl auth can-i`; the admission policy that keeps the ServiceAccount from minting
+//! service-account tokens; the namespaced component; and the sample operator run as the
+//! ServiceAccount it grants.
 //! Also a static check of the `Dockerfile`; `tests/in_cluster.rs` runs the image it builds.
 
 mod support;
@@ -10,7 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use kube::api::DeleteParams;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::operator::{OperatorConfig, scratch_dir};
 
 /// The operator's namespace and ServiceAccount, as in deploy/.
@@ -118,8 +120,27 @@ fn operator_rbac() -> RealObjects {
         rbac.join("role_binding.yaml"),
         rbac.join("leader_election_role.yaml"),
         rbac.join("leader_election_role_binding.yaml"),
+        rbac.join("token_secret_policy.yaml"),
+        rbac.join("token_secret_policy_binding.yaml"),
     ];
     RealObjects::default().apply(&files)
+}
+
+/// `kubectl apply --dry-run=server -k <dir>`, which must succeed and name each of `objects`; its
+/// output.
+fn dry_run_kustomization(dir: &Path, objects: &[&str]) -> Output {
+    let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), dir.as_os_str()]);
+    assert!(
+        output.status.success(),
+        "kubectl apply --dry-run=server -k {}: {}",
+        dir.display(),
+        describe(&output)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for object in objects {
+        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
+    }
+    output
 }
 
 /// Every YAML file below `dir`, sorted, except kustomization files and kustomize components (their
@@ -153,26 +174,26 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
     let _turn = CLUSTER_OBJECTS.lock().await;
     let _namespace = operator_namespace();
 
-    let output =
-        kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), deploy().as_os_str()]);
-    assert!(output.status.success(), "kubectl apply --dry-run=server -k deploy/: {}", describe(&output));
+    let output = dry_run_kustomization(
+        &deploy(),
+        &[
+            "namespace/ansible-operator-system",
+            "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/etcdrestores.etcd.example.com",
+            "customresourcedefinition.apiextensions.k8s.io/kubernetesclusters.platform.example.com",
+            "serviceaccount/ansible-operator",
+            "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
+            "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+            "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
+            "rolebinding.rbac.authorization.k8s.io/ansible-operator-leader-election",
+            "deployment.apps/ansible-operator-controller-manager",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
-    for object in [
-        "namespace/ansible-operator-system",
-        "customresourcedefinition.apiextensions.k8s.io/memcacheds.cache.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/etcdbackups.etcd.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/etcdclusters.etcd.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/etcdrestores.etcd.example.com",
-        "customresourcedefinition.apiextensions.k8s.io/kubernetesclusters.platform.example.com",
-        "serviceaccount/ansible-operator",
-        "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
-        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
-        "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
-        "rolebinding.rbac.authorization.k8s.io/ansible-operator-leader-election",
-        "deployment.apps/ansible-operator-controller-manager",
-    ] {
-        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
-    }
     assert!(!stdout.contains("memcached-sample"), "the samples are not part of the kustomization");
     // The namespace carries pod-security.kubernetes.io/warn=restricted: a violation would be a warning.
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -184,20 +205,14 @@ async fn sharded_overlay_runs_three_sharding_replicas_under_a_disruption_budget(
     let _turn = CLUSTER_OBJECTS.lock().await;
     let _rbac = operator_rbac();
     let overlay = deploy().join("sharded");
-    let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), overlay.as_os_str()]);
-    assert!(
-        output.status.success(),
-        "kubectl apply --dry-run=server -k deploy/sharded/: {}",
-        describe(&output)
+    let output = dry_run_kustomization(
+        &overlay,
+        &[
+            "deployment.apps/ansible-operator-controller-manager",
+            "poddisruptionbudget.policy/ansible-operator-controller-manager",
+            "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
+        ],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    for object in [
-        "deployment.apps/ansible-operator-controller-manager",
-        "poddisruptionbudget.policy/ansible-operator-controller-manager",
-        "role.rbac.authorization.k8s.io/ansible-operator-leader-election",
-    ] {
-        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
-    }
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!stderr.contains("PodSecurity"), "the dry run warned about pod security: {}", describe(&output));
 
@@ -369,6 +384,137 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         )
         .collect();
     assert!(wrong.is_empty(), "the ServiceAccount's permissions differ from the samples' needs: {wrong:#?}");
+}
+
+/// `kubectl <args> --dry-run=server` as the operator's ServiceAccount: `Ok(stdout)` or `Err(stderr)`.
+fn as_service_account(args: &[&str]) -> Result<String, String> {
+    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    all.extend(["--dry-run=server".to_string(), format!("--as={SERVICE_ACCOUNT}")]);
+    all.extend(SERVICE_ACCOUNT_GROUPS.iter().map(|g| format!("--as-group={g}")));
+    let output = kubectl(&all);
+    match output.status.success() {
+        true => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),
+        false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+    }
+}
+
+/// A Secret manifest for `kubectl create -f -`-less use: written to `dir`, its path.
+fn secret_file(dir: &Path, name: &str, namespace: &str, kind: &str, annotations: Value) -> PathBuf {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": kind,
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "stringData": {"note": "test"},
+    });
+    let file = dir.join(format!("{name}-{namespace}.json"));
+    std::fs::write(&file, secret.to_string()).expect("write the Secret manifest");
+    file
+}
+
+#[tokio::test]
+async fn the_service_account_is_refused_service_account_token_secrets_and_may_still_write_opaque_ones() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _rbac = operator_rbac();
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "deploy-tokens").await;
+    let dir = scratch_dir(&format!("{}-secrets", ns.name));
+    let token_for = |name: &str, namespace: &str| {
+        let annotations = json!({"kubernetes.io/service-account.name": "default"});
+        secret_file(&dir, name, namespace, "kubernetes.io/service-account-token", annotations)
+    };
+    let create = |file: &Path| as_service_account(&["create", "-f", file.to_str().unwrap()]);
+
+    // kube-system's, then one in the operator's own namespace (the policy takes a moment to load).
+    let kube_system = token_for("minted", "kube-system");
+    let refused = support::wait_for("the policy to refuse a token Secret", WAIT, || async {
+        Ok(match create(&kube_system) {
+            Err(error) if error.contains("ansible-operator-no-service-account-tokens") => Ok(error),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await;
+    assert!(refused.contains("kubernetes.io/service-account-token"), "{refused}");
+    let own = create(&token_for("minted", OPERATOR_NAMESPACE)).expect_err("a token Secret in its namespace");
+    assert!(own.contains("ansible-operator-no-service-account-tokens"), "{own}");
+
+    // The annotation that names a ServiceAccount is refused on any Secret, created or added later.
+    let annotated = secret_file(
+        &dir,
+        "annotated",
+        &ns.name,
+        "Opaque",
+        json!({"kubernetes.io/service-account.name": "default"}),
+    );
+    let error = create(&annotated).expect_err("an Opaque Secret naming a ServiceAccount");
+    assert!(error.contains("kubernetes.io/service-account.name"), "{error}");
+
+    // Ordinary Secrets stay allowed where the ClusterRole allows them (a KubernetesCluster's PKI).
+    let opaque = secret_file(&dir, "pki", &ns.name, "Opaque", json!({}));
+    create(&opaque).expect("an Opaque Secret is still allowed");
+    kubectl_ok("create the Secret", ["create", "-f", opaque.to_str().unwrap()]);
+    let target = "secret/pki";
+    as_service_account(&["-n", &ns.name, "annotate", target, "team=a"])
+        .expect("other annotations are allowed");
+    let error = as_service_account(&[
+        "-n",
+        &ns.name,
+        "annotate",
+        target,
+        "kubernetes.io/service-account.name=default",
+    ])
+    .expect_err("adding the ServiceAccount annotation");
+    assert!(error.contains("ansible-operator-no-service-account-tokens"), "{error}");
+    // Nobody else is affected: the admin may still make one.
+    kubectl_ok(
+        "an admin's token Secret",
+        ["create", "--dry-run=server", "-f", token_for("admins", &ns.name).to_str().unwrap()],
+    );
+}
+
+#[tokio::test]
+async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_operators_namespace() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _namespace = operator_namespace();
+    // An overlay as a user writes it: deploy/ plus the component (kustomize wants relative paths).
+    let overlay = support::repo().join("target/test-output/namespaced-overlay");
+    std::fs::create_dir_all(&overlay).expect("create the overlay dir");
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources:\n  - ../../../deploy\ncomponents:\n  - ../../../deploy/namespaced\n",
+    )
+    .expect("write the overlay");
+    let output = dry_run_kustomization(
+        &overlay,
+        &[
+            "role.rbac.authorization.k8s.io/ansible-operator-manager",
+            "rolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+            "clusterrole.rbac.authorization.k8s.io/ansible-operator-reviews",
+            "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-reviews",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for object in [
+        "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
+        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+    ] {
+        assert!(!stdout.contains(object), "{object} is still there: {}", describe(&output));
+    }
+
+    let rendered = kubectl_ok("kubectl kustomize", ["kustomize".as_ref(), overlay.as_os_str()]);
+    let docs: Vec<&str> = rendered.split("\n---\n").collect();
+    let manager_role = docs
+        .iter()
+        .find(|d| d.contains("kind: Role\n") && d.contains("name: ansible-operator-manager\n"))
+        .expect("the manager Role");
+    assert!(manager_role.contains(&format!("namespace: {OPERATOR_NAMESPACE}")), "{manager_role}");
+    assert!(manager_role.contains("- secrets"), "the same rules: {manager_role}");
+    let deployment = docs.iter().find(|d| d.contains("kind: Deployment")).expect("the Deployment");
+    let watch = deployment.split("- name: WATCH_NAMESPACE").nth(1).expect("WATCH_NAMESPACE is set");
+    assert!(
+        watch.trim_start().starts_with("valueFrom:\n") && watch.contains("fieldPath: metadata.namespace"),
+        "WATCH_NAMESPACE is the pod's namespace: {deployment}"
+    );
+    let _ = std::fs::remove_dir_all(&overlay);
 }
 
 /// Dropped after the operator stops and before the test namespace goes: removes the finalizers a

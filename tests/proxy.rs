@@ -183,6 +183,21 @@ async fn proxy_rejects_made_up_and_expired_credentials_on_the_chosen_port() {
 }
 
 #[tokio::test]
+async fn a_playbooks_impersonation_headers_are_dropped_so_it_acts_as_the_operator() {
+    let (client, ns, api) = setup("proxy-impersonate").await;
+    let _operator = OperatorConfig::new(&watches(), &ns.name).start();
+    support::create_cr(&api, GROUP, KIND, "owner", json!({"whoamiAs": "someone-else"})).await;
+    support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
+    let seen =
+        Api::<ConfigMap>::namespaced(client, &ns.name).get("owner-whoami").await.unwrap().data.unwrap();
+    // The tests' operator runs with the admin's kubeconfig, which may impersonate anyone: only the
+    // proxy stands between the header and the API server.
+    let operator_user = support::kubectl_ok(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert_ne!(seen["username"], "someone-else", "{seen:?}");
+    assert_eq!(seen["username"], operator_user.trim(), "{seen:?}");
+}
+
+#[tokio::test]
 async fn after_a_restart_deleting_a_child_still_triggers_its_owner() {
     let (client, ns, api) = setup("proxy-restart").await;
     let first_operator = OperatorConfig::new(&watches(), &ns.name).start();

@@ -566,7 +566,7 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     support::install_run_records_crd(&client).await;
     // A real playbook (marker.yml writes ConfigMap <name>-marker through the proxy).
     let (health, metrics) = (support::free_port(), support::free_port());
-    let _operator = OperatorConfig::new(&watches(), &ns.name)
+    let operator = OperatorConfig::new(&watches(), &ns.name)
         .arg("--sharding")
         .arg(format!("--leader-election-id={RING}"))
         .arg(format!("--leader-election-namespace={}", ns.name))
@@ -587,10 +587,19 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     let (_, text) = support::http_get(metrics, "/metrics", None).unwrap();
     let info = format!("ansible_operator_shard_info{{ring=\"{RING}\",shard=\"replica-a\"}} 1");
     assert!(text.contains(&info), "{info} in\n{text}");
+    // A CR too deep to decode beside it stops neither the sharder nor the shard: it is named and
+    // given to no shard.
+    let dir = scratch_dir(&format!("{}-crs", ns.name));
+    support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deep", 200);
     let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     let cr = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
     assert_eq!(cr.labels().get(SHARD_LABEL).map(String::as_str), Some("replica-a"));
+    let log = operator.log();
+    assert!(
+        log.lines().any(|l| l.contains("it is given to no shard") && l.contains("\"deep\"")),
+        "the sharder names the deep CR:\n{log}"
+    );
 
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let child = config_maps.get("owner-marker").await.expect("the playbook's ConfigMap");

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Error, Kind, State, views};
 use crate::access::{Action, User};
+use crate::decoded::Decoded;
 use crate::kubeapi::{self, with_timeout};
 use crate::reconcile::annotations::{RECONCILE_REQUESTED, ReconcileRequest};
 
@@ -69,10 +70,9 @@ pub async fn crs(
     let namespace = query.namespace.filter(|n| !n.is_empty() && kind.namespaced);
     let user = authenticate(&state, &headers).await?;
     state.access.authorize(&user, action(kind, "list", namespace.clone(), None)).await?;
+    // Each CR decoded on its own: one too deep to decode is listed by its metadata alone.
     let api = match &namespace {
-        Some(namespace) => {
-            Api::<DynamicObject>::namespaced_with(state.client.clone(), namespace, &kind.resource)
-        }
+        Some(namespace) => Api::<Decoded>::namespaced_with(state.client.clone(), namespace, &kind.resource),
         None => Api::all_with(state.client.clone(), &kind.resource),
     };
     let listed = with_timeout(api.list(&ListParams::default()))
@@ -81,7 +81,11 @@ pub async fn crs(
     let records = state.history.all_runs(namespace.as_deref()).await?;
     let mut items = Vec::new();
     for object in listed.items {
-        let object = serde_json::to_value(&object).unwrap_or(Value::Null);
+        let object = match object {
+            Decoded::Object(object) => serde_json::to_value(&object),
+            Decoded::Undecodable(undecodable) => serde_json::to_value(undecodable.stand_in()),
+        };
+        let object = object.unwrap_or(Value::Null);
         let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
         let latest = records.iter().find(|r| r["spec"]["owner"]["uid"] == uid);
         items.push(views::cr_summary(&object, latest, state.live.of(uid).as_deref()));
@@ -230,7 +234,24 @@ fn action(kind: &Kind, verb: &'static str, namespace: Option<String>, name: Opti
         verb,
         group: kind.resource.group.clone(),
         resource: kind.resource.plural.clone(),
+        subresource: None,
         namespace: namespace.filter(|_| kind.namespaced),
         name,
     }
+}
+
+/// Lets `user` read the run logs of the CR at `path`: `get` on `<plural>/log`, as `kubectl logs`
+/// needs `get` on `pods/log`. A log prints task results, which `get` on the CR alone must not show.
+pub(super) async fn authorize_log(
+    state: &State,
+    kind: &Kind,
+    path: &CrPath,
+    user: &User,
+) -> Result<(), Error> {
+    let namespace = namespace(path).map(str::to_string);
+    let mut action = action(kind, "get", namespace, Some(path.name.clone()));
+    if let Action::Resource { subresource, .. } = &mut action {
+        *subresource = Some("log".into());
+    }
+    Ok(state.access.authorize(user, action).await?)
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt, stream};
 use http::{HeaderMap, header};
 
-use super::handlers::{Found, RunPath, authorized_cr, find_run};
+use super::handlers::{Found, RunPath, authorize_log, authorized_cr, find_run};
 use super::{Error, Kind, State};
 use crate::history::live::Follower;
 use crate::runner::event::Line;
@@ -21,13 +21,15 @@ use crate::runner::event::Line;
 /// The most of a finished run's log served (its end); the artifacts have the rest.
 const MAX_LOG_BYTES: u64 = 8 << 20;
 
-/// `GET .../runs/{run}/log`: plain text, or a live stream with `Accept: text/event-stream`.
+/// `GET .../runs/{run}/log`: plain text, or a live stream with `Accept: text/event-stream`. Needs
+/// `get` on the CR and on its `log` subresource.
 pub async fn log(
     Extract(state): Extract<Arc<State>>,
     Path(path): Path<RunPath>,
     headers: HeaderMap,
 ) -> Result<Response, Error> {
-    let (kind, _, object) = authorized_cr(&state, &path.cr(), &headers, "get").await?;
+    let (kind, user, object) = authorized_cr(&state, &path.cr(), &headers, "get").await?;
+    authorize_log(&state, kind, &path.cr(), &user).await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
     let streaming = headers
         .get(header::ACCEPT)

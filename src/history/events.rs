@@ -39,6 +39,12 @@ pub fn note(record: &RunRecord) -> Note {
     Note { type_, reason: reason.into(), message: cut(note) }
 }
 
+/// The Warning Event on a CR the operator could not decode and so skips (`error` says why).
+pub fn undecodable(error: &str) -> Note {
+    let message = format!("the operator cannot decode this CR and skips it (other CRs go on): {error}");
+    Note { type_: EventType::Warning, reason: "Undecodable".into(), message: cut(message) }
+}
+
 fn cut(mut note: String) -> String {
     if note.len() > NOTE_LIMIT {
         let mut end = NOTE_LIMIT - 3;

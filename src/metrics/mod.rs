@@ -40,6 +40,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     EXECUTOR_WORKER_RSS,
     SHARD_CRS,
     SHARD_INFO,
+    UNDECODABLE_CRS,
 ];
 
 const BUILD_INFO: &str = "ansible_operator_build_info";
@@ -58,6 +59,7 @@ const EXECUTOR_WORKER_RESTARTS: &str = "ansible_operator_executor_worker_restart
 const EXECUTOR_WORKER_RSS: &str = "ansible_operator_executor_worker_resident_memory_bytes";
 const SHARD_CRS: &str = "ansible_operator_shard_crs";
 const SHARD_INFO: &str = "ansible_operator_shard_info";
+const UNDECODABLE_CRS: &str = "ansible_operator_undecodable_crs_total";
 
 /// Every `result` of `controller_runtime_reconcile_total`.
 const CONTROLLER_RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
@@ -132,6 +134,7 @@ struct Instruments {
     executor_fallbacks: Family<Labels<1>, Counter>,
     executor_worker_restarts: Counter,
     executor_worker_rss: Gauge,
+    undecodable_crs: Family<Labels<1>, Counter>,
 }
 
 /// The operator's metrics registry; create once with [`Metrics::new`] and share the `Arc`.
@@ -161,6 +164,7 @@ impl Metrics {
             executor_fallbacks: Family::default(),
             executor_worker_restarts: Counter::default(),
             executor_worker_rss: Gauge::default(),
+            undecodable_crs: Family::default(),
         });
         let build_info = Family::<Labels<2>, Gauge>::default();
         build_info.get_or_create(&[("commit", commit.to_string()), ("version", version.to_string())]).set(1);
@@ -243,6 +247,11 @@ impl Metrics {
              run budget's and the reconciles' series down by shard)",
             i.shard_info.clone(),
         );
+        registry.register(
+            counter_family(UNDECODABLE_CRS),
+            "CRs (each version of one) the operator could not decode and so skipped, by GVK",
+            i.undecodable_crs.clone(),
+        );
         registry.register_collector(Box::new(user::Collector(user.clone())));
         Arc::new(Metrics { registry, instruments, user })
     }
@@ -309,6 +318,11 @@ impl Metrics {
     /// Sets the warm worker's resident memory.
     pub fn executor_worker_rss(&self, bytes: u64) {
         self.instruments.executor_worker_rss.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a version of a `gvk` CR that could not be decoded (and was skipped).
+    pub fn undecodable_cr(&self, gvk: &str) {
+        self.instruments.undecodable_crs.get_or_create(&[("GVK", gvk.to_string())]).inc();
     }
 
     /// Applies one user-metrics API request (see [`UserMetrics::apply`]).

@@ -24,6 +24,16 @@ use crate::http_server::{Body, TEXT_CONTENT_TYPE, method_not_allowed, not_found,
 /// Largest request body the endpoint reads.
 const MAX_BODY: usize = 64 * 1024;
 
+/// Longest metric name accepted (Prometheus sets none; this keeps a name a name).
+pub const MAX_NAME_LENGTH: usize = 200;
+
+/// Longest description accepted.
+pub const MAX_DESCRIPTION_LENGTH: usize = 1024;
+
+/// Most user metrics registered: the registry lives as long as the operator, and every name costs
+/// memory and a series on every scrape.
+pub const MAX_USER_METRICS: usize = 1000;
+
 /// Why a user-metrics request was refused (answered with 400 and this message).
 #[derive(Debug, thiserror::Error)]
 pub enum UserMetricError {
@@ -40,6 +50,24 @@ pub enum UserMetricError {
     #[error("invalid metric name {name:?}")]
     InvalidName {
         /// The name as given.
+        name: String,
+    },
+    /// The name is longer than [`MAX_NAME_LENGTH`].
+    #[error("metric name of {length} characters is longer than the {MAX_NAME_LENGTH} allowed")]
+    NameTooLong {
+        /// The name's length.
+        length: usize,
+    },
+    /// The description is longer than [`MAX_DESCRIPTION_LENGTH`].
+    #[error("metric description of {length} characters is longer than the {MAX_DESCRIPTION_LENGTH} allowed")]
+    DescriptionTooLong {
+        /// The description's length.
+        length: usize,
+    },
+    /// [`MAX_USER_METRICS`] are registered already and the name is new.
+    #[error("{MAX_USER_METRICS} user metrics are registered already: metric {name:?} is not added")]
+    RegistryFull {
+        /// The new metric's name.
         name: String,
     },
     /// The name belongs to one of the operator's own metrics.
@@ -188,8 +216,14 @@ impl UserMetrics {
                 metric
             }
             None => {
-                tracing::info!(metric = %name, kind = fresh.kind(), "registering user metric");
+                if self.metrics.len() >= MAX_USER_METRICS {
+                    return Err(UserMetricError::RegistryFull { name });
+                }
                 let help = request.description.unwrap_or_default();
+                if help.chars().count() > MAX_DESCRIPTION_LENGTH {
+                    return Err(UserMetricError::DescriptionTooLong { length: help.chars().count() });
+                }
+                tracing::info!(metric = %name, kind = fresh.kind(), "registering user metric");
                 self.metrics.entry(name).or_insert(UserMetric { help, value: fresh })
             }
         };
@@ -278,6 +312,9 @@ fn decide(request: &MetricRequest, now: SystemTime) -> Result<(UserValue, Change
 
 /// Accepts a Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`) that is not one of ours.
 fn validate_name(name: &str) -> Result<(), UserMetricError> {
+    if name.len() > MAX_NAME_LENGTH {
+        return Err(UserMetricError::NameTooLong { length: name.chars().count() });
+    }
     let mut chars = name.chars();
     let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
@@ -387,6 +424,31 @@ mod tests {
         apply(&mut m, json!({"name": "c", "description": "d", "counter": {"increment": true}})).unwrap();
         apply(&mut m, json!({"name": "c", "description": "d", "counter": {"add": 2.5}})).unwrap();
         assert_eq!(current(&m, "c"), UserValue::Counter(3.5));
+    }
+
+    #[test]
+    fn names_and_descriptions_are_capped_in_length_and_metrics_in_number() {
+        let mut m = UserMetrics::default();
+        let long = "a".repeat(MAX_NAME_LENGTH + 1);
+        let error = apply(&mut m, json!({"name": long, "counter": {}})).unwrap_err();
+        assert_eq!(error.to_string(), "metric name of 201 characters is longer than the 200 allowed");
+        apply(&mut m, json!({"name": "a".repeat(MAX_NAME_LENGTH), "counter": {}})).unwrap();
+        let description = "d".repeat(MAX_DESCRIPTION_LENGTH + 1);
+        let error =
+            apply(&mut m, json!({"name": "d", "description": description, "counter": {}})).unwrap_err();
+        assert!(matches!(error, UserMetricError::DescriptionTooLong { length: 1025 }), "{error}");
+        for n in 1..MAX_USER_METRICS {
+            apply(&mut m, json!({"name": format!("m{n}"), "counter": {}})).unwrap();
+        }
+        let error = apply(&mut m, json!({"name": "one_more", "counter": {}})).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "1000 user metrics are registered already: metric \"one_more\" is not added"
+        );
+        assert_eq!(m.metrics.len(), MAX_USER_METRICS);
+        // The registered ones still change.
+        apply(&mut m, json!({"name": "m1", "counter": {"increment": true}})).unwrap();
+        assert_eq!(current(&m, "m1"), UserValue::Counter(1.0));
     }
 
     #[test]
@@ -567,6 +629,12 @@ mod tests {
         assert_eq!(
             (reply.status, reply.body.as_str()),
             (400, "only one metric can be processed at a time\n")
+        );
+        let long = format!(r#"{{"name": "{}", "counter": {{}}}}"#, "n".repeat(MAX_NAME_LENGTH + 1));
+        let reply = request(address, "POST", "/metrics", &long).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (400, "metric name of 201 characters is longer than the 200 allowed\n")
         );
         let reply = request(address, "POST", "/metrics", "not json").await;
         assert_eq!(reply.status, 400);

@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use kube::Client;
 use kube::api::ApiResource;
 use serde_json::{Value, json};
@@ -32,8 +32,15 @@ use dependents::Dependents;
 use owner::{Link, Ownership, Prior, Write};
 use request_info::RequestInfo;
 
+use crate::http_server;
+
 /// Largest request or single-object response body the proxy reads into memory.
 const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// Connections served at once; further ones wait in the listen backlog until one ends. Runs are
+/// capped by `--max-concurrent-reconciles`, each with a handful of connections, so this is only
+/// reached by a process that opens connections and holds them.
+const MAX_CONNECTIONS: usize = 512;
 
 /// Response body type of the proxy.
 type Body = UnsyncBoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
@@ -58,6 +65,8 @@ pub struct Proxy {
     credentials: Arc<Credentials>,
     dependents: Option<Arc<Dependents>>,
     port: u16,
+    /// Permits for [`MAX_CONNECTIONS`].
+    connections: Arc<tokio::sync::Semaphore>,
 }
 
 impl Proxy {
@@ -71,7 +80,8 @@ impl Proxy {
             .await
             .map_err(|source| Error::Listen { port, source })?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
-        let proxy = Proxy { client, credentials: Arc::default(), dependents, port };
+        let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let proxy = Proxy { client, credentials: Arc::default(), dependents, port, connections };
         Ok((Arc::new(proxy), listener))
     }
 
@@ -85,10 +95,18 @@ impl Proxy {
         &self.credentials
     }
 
-    /// Serves connections until `shutdown` is cancelled.
+    /// Serves connections until `shutdown` is cancelled: at most [`MAX_CONNECTIONS`] at once, each
+    /// given [`http_server::HEADER_READ_TIMEOUT`] to send a request's headers.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
         tracing::info!(port = self.port, inject_owner_ref = self.dependents.is_some(), "proxy listening");
         loop {
+            let permit = tokio::select! {
+                permit = self.connections.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+                _ = shutdown.cancelled() => return,
+            };
             let (stream, _) = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
@@ -105,11 +123,15 @@ impl Proxy {
                     let proxy = proxy.clone();
                     async move { Ok::<_, Infallible>(proxy.handle(request).await) }
                 });
-                let connection =
-                    http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(http_server::HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
                 if let Err(error) = connection.await {
                     tracing::debug!(%error, "proxy connection ended");
                 }
+                drop(permit);
             });
         }
     }
@@ -135,8 +157,7 @@ impl Proxy {
             return self.forward_upgrade(request).await;
         }
         let (mut parts, body) = request.into_parts();
-        parts.headers.remove(header::AUTHORIZATION);
-        parts.headers.remove(header::HOST);
+        strip_client_headers(&mut parts.headers);
         parts.uri = path_and_query(&parts.uri)?;
         let info = RequestInfo::parse(parts.uri.path());
         let query = parts.uri.query().unwrap_or_default().to_string();
@@ -435,8 +456,7 @@ impl Proxy {
     async fn forward_upgrade(&self, mut request: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
         let downstream = hyper::upgrade::on(&mut request);
         let (mut parts, _) = request.into_parts();
-        parts.headers.remove(header::AUTHORIZATION);
-        parts.headers.remove(header::HOST);
+        strip_client_headers(&mut parts.headers);
         parts.uri = path_and_query(&parts.uri)?;
         let upstream = Request::from_parts(parts, kube::client::Body::empty());
         let mut response = self.client.send(upstream).await.map_err(ProxyError::Upstream)?;
@@ -514,6 +534,23 @@ fn is_upgrade(request: &Request<Incoming>) -> bool {
         .is_some_and(|v| v.to_ascii_lowercase().contains("upgrade"))
 }
 
+/// Drops what must not reach the API server from a playbook: its credential and host (the
+/// operator's client sets its own), and every `Impersonate-*` header (`-User`, `-Group`, `-Uid`,
+/// `-Extra-*`). The operator's identity may be allowed to impersonate; a run must not borrow that.
+fn strip_client_headers(headers: &mut http::HeaderMap) {
+    headers.remove(header::AUTHORIZATION);
+    headers.remove(header::HOST);
+    let impersonating: Vec<http::HeaderName> =
+        headers.keys().filter(|name| name.as_str().starts_with("impersonate-")).cloned().collect();
+    if !impersonating.is_empty() {
+        let names: Vec<&str> = impersonating.iter().map(http::HeaderName::as_str).collect();
+        tracing::warn!(headers = ?names, "proxy dropped a run's impersonation headers: it acts as the operator");
+    }
+    for name in impersonating {
+        headers.remove(name);
+    }
+}
+
 fn bearer_token<B>(request: &Request<B>) -> Option<&str> {
     let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).map(str::trim)
@@ -559,6 +596,8 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn headers(content_type: &str) -> http::HeaderMap {
@@ -601,6 +640,61 @@ mod tests {
         assert_eq!(recorded_verb(&Method::POST, &json, &collection), Some("create"));
         assert_eq!(recorded_verb(&Method::POST, &json, &exec), None);
         assert_eq!(recorded_verb(&Method::GET, &json, &object), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_slow_to_send_its_headers_is_cut_off_and_connections_beyond_the_cap_wait() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let (listener, address) = http_server::test_client::listener().await;
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let connections = Arc::new(tokio::sync::Semaphore::new(1));
+        let proxy = Proxy {
+            client,
+            credentials: Arc::default(),
+            dependents: None,
+            port: address.port(),
+            connections,
+        };
+        let shutdown = CancellationToken::new();
+        tokio::spawn(Arc::new(proxy).serve(listener, shutdown.clone()));
+        let start = tokio::time::Instant::now();
+
+        // Holds the only connection with half a request.
+        let mut slow = tokio::net::TcpStream::connect(address).await.unwrap();
+        slow.write_all(b"GET /api HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        // Waits in the backlog, then gets its answer once the slow one is cut off.
+        let waiting = http_server::test_client::request(address, "GET", "/api", "");
+        let reply =
+            tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("served after the timeout");
+        assert_eq!(reply.status, 401);
+        assert!(start.elapsed() >= http_server::HEADER_READ_TIMEOUT, "{:?}", start.elapsed());
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(1), slow.read_to_end(&mut rest)).await;
+        assert!(read.is_ok(), "the slow connection was closed");
+        shutdown.cancel();
+    }
+
+    #[test]
+    fn impersonation_credentials_and_host_never_reach_the_api_server() {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in [
+            ("Authorization", "Bearer run-token"),
+            ("Host", "127.0.0.1:8888"),
+            ("Impersonate-User", "admin"),
+            ("Impersonate-Group", "system:masters"),
+            ("impersonate-group", "other"),
+            ("Impersonate-Uid", "1"),
+            ("Impersonate-Extra-Scopes", "all"),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+        ] {
+            headers.append(http::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+        }
+        strip_client_headers(&mut headers);
+        let mut left: Vec<&str> = headers.keys().map(http::HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["accept", "content-type"]);
     }
 
     #[test]

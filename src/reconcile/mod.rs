@@ -629,9 +629,6 @@ fn proxy_credential(
     object: &DynamicObject,
     spec: &mut RunSpec,
 ) -> std::io::Result<(Issued, PathBuf)> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-
     let watch = &ctx.watch;
     let owner = Owner {
         gvk: watch.gvk.clone(),
@@ -650,12 +647,10 @@ fn proxy_credential(
         blacklist: watch.blacklist.clone(),
         touched: Default::default(),
     })?;
-    std::fs::create_dir_all(&spec.dir)?;
+    crate::runner::input_dir::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");
     let text = crate::proxy::kubeconfig::render(proxy.port(), &issued.token, object.namespace().as_deref());
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
-    file.write_all(text.as_bytes())?;
+    crate::runner::input_dir::write_private(&path, text)?;
     let value = Value::from(path.display().to_string());
     spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
     spec.env_vars.insert("KUBECONFIG".into(), value);

@@ -1,8 +1,10 @@
 //! The runner's private data directory and command line (upstream §3.4–3.5): a pure description,
-//! then one function that writes it.
+//! then one function that writes it. Everything it writes is the operator's alone: directories
+//! 0700, files 0600 (extra vars and kubeconfigs hold what the CR's author may not read).
 
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -107,10 +109,75 @@ pub fn localhost_inventory(python: Option<&Path>) -> String {
     format!("localhost ansible_connection=local ansible_python_interpreter={interpreter}\n")
 }
 
+/// Why `--runner-dir` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    /// Another user owns it: they could read the runs' extra vars and kubeconfigs and change the
+    /// files a run reads.
+    #[error(
+        "runner directory {dir} is owned by uid {owner}, not by this operator's uid {uid}: another user could read and change its runs' files; choose another --runner-dir or give it to uid {uid}"
+    )]
+    Foreign {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The operator's effective uid.
+        uid: u32,
+    },
+    /// It could not be created or read.
+    #[error("prepare the runner directory {dir}")]
+    Io {
+        /// The directory.
+        dir: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Makes `--runner-dir` ready at start: created 0700 when missing; refused when another user owns
+/// it; an existing one of ours is narrowed to 0700.
+pub fn prepare_root(dir: &Path) -> Result<(), RootError> {
+    let io_error = |source| RootError::Io { dir: dir.to_path_buf(), source };
+    create_private_dir(dir).map_err(io_error)?;
+    let metadata = std::fs::metadata(dir).map_err(io_error)?;
+    let uid = nix::unistd::geteuid().as_raw();
+    check_owner(dir, metadata.uid(), uid)?;
+    if metadata.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io_error)?;
+    }
+    Ok(())
+}
+
+/// `dir` may be used only when `uid` owns it.
+fn check_owner(dir: &Path, owner: u32, uid: u32) -> Result<(), RootError> {
+    match owner == uid {
+        true => Ok(()),
+        false => Err(RootError::Foreign { dir: dir.to_path_buf(), owner, uid }),
+    }
+}
+
+/// `create_dir_all`, each directory it creates 0700.
+pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir)
+}
+
+/// Writes a new file, 0600 from its creation on (an earlier one is replaced, whatever its mode).
+pub(crate) fn write_private(path: &Path, contents: impl AsRef<[u8]>) -> io::Result<()> {
+    remove_if_present(path)?;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(contents.as_ref())
+}
+
 /// Writes the data directory for a run (files the runner reads; artifacts are its own).
 pub fn write(spec: &RunSpec) -> io::Result<()> {
     let env = spec.dir.join("env");
-    std::fs::create_dir_all(&env)?;
+    create_private_dir(&env)?;
+    // Directories an earlier version made with the umask's mode.
+    for dir in [&spec.dir, &env] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
     let latest = spec.dir.join("artifacts").join("latest");
     if latest.is_symlink() && !latest.exists() {
         remove_if_present(&latest)?;
@@ -118,23 +185,21 @@ pub fn write(spec: &RunSpec) -> io::Result<()> {
     write_json(&env.join("extravars"), &spec.extra_vars)?;
     write_json(&env.join("envvars"), &spec.env_vars)?;
     match cmdline(&spec.ansible_args) {
-        Some(line) => std::fs::write(env.join("cmdline"), line)?,
+        Some(line) => write_private(&env.join("cmdline"), line)?,
         None => remove_if_present(&env.join("cmdline"))?,
     }
     let inventory = spec.dir.join("inventory");
     if inventory.exists() {
         std::fs::remove_dir_all(&inventory)?;
     }
-    std::fs::create_dir_all(&inventory)?;
+    create_private_dir(&inventory)?;
     match &spec.inventory {
         Inventory::Localhost { python } => {
-            std::fs::write(inventory.join("hosts"), localhost_inventory(python.as_deref()))?
+            write_private(&inventory.join("hosts"), localhost_inventory(python.as_deref()))?
         }
         Inventory::Copy(source) if source.is_dir() => copy_dir(source, &inventory)?,
-        Inventory::Copy(source) => {
-            std::fs::copy(source, inventory.join("hosts"))?;
-        }
-        Inventory::Rendered(text) => std::fs::write(inventory.join("hosts.yml"), text)?,
+        Inventory::Copy(source) => write_private(&inventory.join("hosts"), std::fs::read(source)?)?,
+        Inventory::Rendered(text) => write_private(&inventory.join("hosts.yml"), text)?,
     }
     Ok(())
 }
@@ -152,7 +217,7 @@ pub fn link_latest(spec: &RunSpec) -> io::Result<()> {
 
 fn write_json(path: &Path, value: &Map<String, Value>) -> io::Result<()> {
     let text = serde_json::to_vec(value).map_err(io::Error::other)?;
-    std::fs::write(path, text)
+    write_private(path, text)
 }
 
 /// Removes a file; one that is not there is fine.
@@ -164,14 +229,14 @@ pub(super) fn remove_if_present(path: &Path) -> io::Result<()> {
 }
 
 fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(to)?;
+    create_private_dir(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
         if entry.file_type()?.is_dir() {
             copy_dir(&entry.path(), &target)?;
         } else {
-            std::fs::copy(entry.path(), target)?;
+            write_private(&target, std::fs::read(entry.path())?)?;
         }
     }
     Ok(())
@@ -262,6 +327,56 @@ mod tests {
         let mut spec = spec(Target::Playbook("/p.yml".into()));
         spec.verbosity = 0;
         assert!(!strings(spec.argv()).iter().any(|a| a.starts_with("-v")));
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_data_directory_is_the_operators_alone() {
+        let root = std::env::temp_dir().join(format!("ao-input-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut spec = spec(Target::Playbook("/p.yml".into()));
+        spec.dir = root.join("g/v1/Kind/ns/name");
+        spec.ansible_args = "--tags a".into();
+        // A file an earlier run left readable by all is narrowed too.
+        std::fs::create_dir_all(spec.dir.join("env")).unwrap();
+        std::fs::write(spec.dir.join("env/extravars"), "{}").unwrap();
+        std::fs::set_permissions(spec.dir.join("env/extravars"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        std::fs::set_permissions(&spec.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write(&spec).unwrap();
+        for dir in [spec.dir.clone(), spec.dir.join("env"), spec.dir.join("inventory")] {
+            assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        }
+        for file in ["env/extravars", "env/envvars", "env/cmdline", "inventory/hosts"] {
+            assert_eq!(mode(&spec.dir.join(file)), 0o600, "{file}");
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_runner_root_is_created_private_and_an_open_one_is_narrowed() {
+        let root = std::env::temp_dir().join(format!("ao-runner-root-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        prepare_root(&root.join("runner")).unwrap();
+        assert_eq!(mode(&root.join("runner")), 0o700);
+        std::fs::set_permissions(root.join("runner"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        prepare_root(&root.join("runner")).unwrap();
+        assert_eq!(mode(&root.join("runner")), 0o700);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_runner_root_owned_by_another_user_is_refused_with_both_uids() {
+        let dir = Path::new("/var/lib/runner");
+        assert!(check_owner(dir, 1001, 1001).is_ok());
+        let error = check_owner(dir, 0, 1001).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "runner directory /var/lib/runner is owned by uid 0, not by this operator's uid 1001: another user could read and change its runs' files; choose another --runner-dir or give it to uid 1001"
+        );
     }
 
     #[test]

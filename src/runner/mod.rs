@@ -31,6 +31,11 @@ use process::ProcessTree;
 /// Lines of non-event output kept to explain a run that produced no stats.
 const OUTPUT_TAIL: usize = 40;
 
+/// Longest line of the runner's output read into memory; the rest of a longer line is dropped and
+/// a marker says how much. An event line holds a task's whole result, so this is generous; it bounds
+/// what one task printing without a newline can cost the operator.
+const MAX_LINE: usize = 8 << 20;
+
 /// Process-wide settings of the runner.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -206,7 +211,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
     let mut transcript = settings.debug_logs.then(String::new);
     let mut timed_out = false;
     let (_, _, status) = tokio::join!(
-        read_lines(stdout, |line| {
+        read_lines(stdout, MAX_LINE, |line| {
             let line = Line::parse(&line);
             if let (Some(live), Some(text)) = (live, line.readable()) {
                 live.write(&strip_ansi(text));
@@ -226,7 +231,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
                 Line::Text(text) => push_bounded(&mut output, strip_ansi(&text)),
             }
         }),
-        read_lines(stderr, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
+        read_lines(stderr, MAX_LINE, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
         async {
             let exit = match spec.timeout {
                 None => started.wait().await,
@@ -307,15 +312,50 @@ fn push_bounded(lines: &mut VecDeque<String>, line: String) {
     lines.push_back(line);
 }
 
-/// Calls `each` with every line (lossily decoded) until the stream ends.
-async fn read_lines(stream: impl AsyncRead + Unpin, mut each: impl FnMut(String)) {
+/// Calls `each` with every line (lossily decoded) until the stream ends. A line longer than `cap`
+/// bytes is cut there and ends with a marker naming its length: it is never held whole.
+async fn read_lines(stream: impl AsyncRead + Unpin, cap: usize, mut each: impl FnMut(String)) {
     let mut reader = BufReader::new(stream);
     let mut buffer = Vec::new();
     loop {
         buffer.clear();
-        match reader.read_until(b'\n', &mut buffer).await {
+        match read_capped_line(&mut reader, &mut buffer, cap).await {
             Ok(0) | Err(_) => return,
+            Ok(length) if length > buffer.len() => {
+                let mut line = String::from_utf8_lossy(&buffer).into_owned();
+                line.push_str(&format!(" [line truncated: {length} bytes, only the first {cap} are kept]\n"));
+                tracing::warn!(length, cap, "a line of the runner's output was truncated");
+                each(line)
+            }
             Ok(_) => each(String::from_utf8_lossy(&buffer).into_owned()),
+        }
+    }
+}
+
+/// Reads one line (with its newline) into `buffer`, at most `cap` bytes of it; the line's whole
+/// length (0 at the end of the stream).
+async fn read_capped_line(
+    reader: &mut (impl tokio::io::AsyncBufRead + Unpin),
+    buffer: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<usize> {
+    let mut length = 0;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(length);
+        }
+        let (chunk, ended) = match available.iter().position(|byte| *byte == b'\n') {
+            Some(at) => (&available[..=at], true),
+            None => (available, false),
+        };
+        let room = cap.saturating_sub(buffer.len());
+        buffer.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        length += used;
+        reader.consume(used);
+        if ended {
+            return Ok(length);
         }
     }
 }
@@ -372,6 +412,23 @@ mod tests {
         let killed = Killed::detect(&cold, &dir, None).unwrap();
         assert_eq!(killed.message(), "ansible-playbook was killed by a signal before any task started");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_line_longer_than_the_cap_is_cut_with_a_marker_and_the_next_line_is_whole() {
+        let long = "x".repeat(100_000);
+        let input = format!("short\n{long}\nafter\nno newline at the end");
+        let mut lines = Vec::new();
+        read_lines(input.as_bytes(), 16, |line| lines.push(line)).await;
+        assert_eq!(
+            lines,
+            [
+                "short\n".to_string(),
+                format!("{} [line truncated: 100001 bytes, only the first 16 are kept]\n", "x".repeat(16)),
+                "after\n".to_string(),
+                "no newline at th [line truncated: 21 bytes, only the first 16 are kept]\n".to_string(),
+            ]
+        );
     }
 
     #[test]

@@ -5,11 +5,11 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
-use super::input_dir::remove_if_present;
+use super::input_dir::{remove_if_present, write_private};
 use crate::watches::HostKeyChecking;
 
 /// A private key; never printed.
@@ -206,12 +206,6 @@ fn is_master_of(cmdline: &[u8], control: &Path) -> bool {
     let mut needle = control.as_os_str().as_encoded_bytes().to_vec();
     needle.push(b'/');
     cmdline.windows(needle.len()).any(|window| window == needle)
-}
-
-fn write_private(path: &Path, text: &str) -> io::Result<()> {
-    remove_if_present(path)?;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    file.write_all(text.as_bytes())
 }
 
 #[cfg(test)]

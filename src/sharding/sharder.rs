@@ -10,7 +10,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::core::{PartialObjectMeta, Selector};
+use kube::core::Selector;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::decoded::{self, Decoded};
 
 use super::assign::{self, Change, Current};
 use super::lease::{live_shards, ring_selector};
@@ -56,7 +58,7 @@ pub struct Sharder {
 /// The caches one sharder term reads.
 struct Caches {
     leases: Store<Lease>,
-    objects: Vec<(usize, Store<PartialObjectMeta<DynamicObject>>)>,
+    objects: Vec<(usize, Store<DynamicObject>)>,
 }
 
 impl Sharder {
@@ -113,15 +115,41 @@ impl Sharder {
         let mut objects = Vec::new();
         for (index, kind) in self.kinds.iter().enumerate() {
             for scope in &kind.scopes {
-                // Metadata only: the sharder needs names and labels, not specs.
-                let api: Api<PartialObjectMeta<DynamicObject>> = match scope {
+                // Each CR decoded on its own (one too deep to decode is skipped, not its kind), and
+                // kept as metadata only: the sharder needs names and labels, not specs.
+                let api: Api<Decoded> = match scope {
                     Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &kind.resource),
                     None => Api::all_with(self.client.clone(), &kind.resource),
                 };
                 let writer = Writer::new(kind.resource.clone());
                 objects.push((index, writer.as_reader()));
                 let config = watcher::Config::default().labels_from(&kind.selector);
-                let stream = watcher(api, config).default_backoff().reflect(writer);
+                let mut reported = decoded::Reported::default();
+                let stream = watcher(api, config)
+                    .default_backoff()
+                    .filter_map(move |event| {
+                        let event = match event {
+                            Ok(event) => decoded::decode_event(event, |undecodable| {
+                                if reported.first_time(undecodable) {
+                                    let meta = &undecodable.metadata;
+                                    tracing::warn!(
+                                        namespace = meta.namespace.as_deref().unwrap_or_default(),
+                                        name = meta.name.as_deref().unwrap_or_default(),
+                                        error = %undecodable.error,
+                                        "cannot decode this CR: it is given to no shard, the others are"
+                                    );
+                                }
+                            })
+                            .map(Ok),
+                            Err(error) => Some(Err(error)),
+                        };
+                        std::future::ready(event)
+                    })
+                    .modify(|object| {
+                        object.managed_fields_mut().clear();
+                        object.data = serde_json::Value::Null;
+                    })
+                    .reflect(writer);
                 watches.spawn(stream.for_each(|_| async {}));
             }
         }
@@ -137,7 +165,7 @@ impl Sharder {
         }
         let shard_label = self.membership.shard_label();
         let drain_label = self.membership.drain_label();
-        let objects: Vec<(usize, Arc<PartialObjectMeta<DynamicObject>>)> = caches
+        let objects: Vec<(usize, Arc<DynamicObject>)> = caches
             .objects
             .iter()
             .flat_map(|(kind, store)| store.state().into_iter().map(move |object| (*kind, object)))
@@ -225,7 +253,7 @@ impl Sharder {
         }
     }
 
-    fn api_for(&self, kind: usize, object: &PartialObjectMeta<DynamicObject>) -> Api<DynamicObject> {
+    fn api_for(&self, kind: usize, object: &DynamicObject) -> Api<DynamicObject> {
         let kind = &self.kinds[kind];
         match object.namespace().filter(|_| kind.namespaced) {
             Some(namespace) => Api::namespaced_with(self.client.clone(), &namespace, &kind.resource),

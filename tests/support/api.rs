@@ -160,6 +160,30 @@ pub fn service_account(namespace: &str, name: &str, verbs: &str, resource: &str)
     kubectl_ok(["-n", namespace, "create", "token", name, "--duration=1h"]).trim().to_string()
 }
 
+/// Lets the ServiceAccount `name` of `namespace` read run logs of `resource` (`plural.group`) there:
+/// a Role granting `get` on `<resource>/log`, as README's Security section shows, and its binding.
+pub fn grant_log_reading(namespace: &str, name: &str, resource: &str) {
+    let role = format!("{name}-log-reader");
+    kubectl_ok([
+        "-n",
+        namespace,
+        "create",
+        "role",
+        &role,
+        "--verb=get",
+        &format!("--resource={resource}/log"),
+    ]);
+    kubectl_ok([
+        "-n",
+        namespace,
+        "create",
+        "rolebinding",
+        &role,
+        &format!("--role={role}"),
+        &format!("--serviceaccount={namespace}:{name}"),
+    ]);
+}
+
 /// A certificate and key for `localhost` in `dir` (`tls.crt`, `tls.key`), for `--api-cert-dir`.
 pub fn certificate(dir: &Path) -> PathBuf {
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).expect("make a certificate");

@@ -269,6 +269,19 @@ where
     .await
 }
 
+/// Creates, with kubectl, a `<group>/v1alpha1 <kind>` CR whose spec nests `depth` objects deep:
+/// deeper than 128, serde_json (and so kube's client) cannot decode it; the API server and kubectl
+/// take it. Its JSON is written to `dir`.
+pub fn create_deep_cr(dir: &Path, group: &str, kind: &str, namespace: &str, name: &str, depth: usize) {
+    let spec = format!("{}\"bottom\"{}", r#"{"level":"#.repeat(depth), "}".repeat(depth));
+    let text = format!(
+        r#"{{"apiVersion":"{group}/v1alpha1","kind":"{kind}","metadata":{{"name":"{name}","namespace":"{namespace}"}},"spec":{spec}}}"#
+    );
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(&file, text).expect("write the CR");
+    kubectl_ok(["create", "-f", file.to_str().expect("a UTF-8 path")]);
+}
+
 /// A watches.yaml entry for `<group>/v1alpha1 <kind>` running a fixture playbook.
 pub fn playbook_watch(group: &str, kind: &str, playbook: &str) -> String {
     format!(

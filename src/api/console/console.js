@@ -219,6 +219,7 @@ async function crPage(group, plural, namespace, name) {
   const chart = h('div', { id: 'task-chart' });
   const log = h('pre', { id: 'log' });
   const logState = h('span', { class: 'live', id: 'log-state' });
+  const logRefused = h('p', { class: 'error', id: 'log-refused', hidden: true });
   const reconcile = h('button', { id: 'reconcile', class: 'primary', type: 'button', text: 'Reconcile now' });
   app.replaceChildren(
     h('div', { class: 'card' }, heading, notice,
@@ -229,7 +230,7 @@ async function crPage(group, plural, namespace, name) {
       h('section', { class: 'card' }, h('h2', { text: 'Runs' }), timeline),
       h('section', {},
         h('div', { class: 'card' }, runPane, chart),
-        h('div', { class: 'card' }, h('div', { class: 'log-head' }, h('h2', { text: 'Log' }), logState), log))));
+        h('div', { class: 'card' }, h('div', { class: 'log-head' }, h('h2', { text: 'Log' }), logState), logRefused, log))));
 
   // selected: the run shown; awaiting: the newest run when "Reconcile now" was pressed.
   const state = { detail: null, selected: null, shown: null, awaiting: undefined };
@@ -308,10 +309,24 @@ async function crPage(group, plural, namespace, name) {
     }
   };
 
+  // A log needs its own permission (get on <plural>/log): say so rather than show an empty pane.
+  const logFailed = (e) => {
+    if (e.status !== 403) {
+      log.textContent = e.message;
+      return;
+    }
+    log.textContent = '';
+    logRefused.textContent = `You may see this run, not its log: reading a run's log needs get on ` +
+      `${kind.plural}/log (apiGroups: ["${kind.group}"], resources: ["${kind.plural}/log"], verbs: ["get"]). ` +
+      `Refused: ${e.message}`;
+    logRefused.hidden = false;
+  };
+
   const showRun = async (run) => {
     view.streams.forEach((controller) => controller.abort());
     view.streams = [];
     chart.replaceChildren();
+    logRefused.hidden = true;
     if (!run) {
       runPane.replaceChildren(h('p', { class: 'muted', text: 'No runs recorded yet.' }));
       log.textContent = '';
@@ -333,7 +348,7 @@ async function crPage(group, plural, namespace, name) {
     try {
       log.textContent = await api(`${base}/runs/${encodeURIComponent(run.name)}/log`);
     } catch (e) {
-      log.textContent = e.message;
+      logFailed(e);
     }
   };
 
@@ -347,7 +362,13 @@ async function crPage(group, plural, namespace, name) {
         headers: { Accept: 'text/event-stream', Authorization: `Bearer ${sessionStorage.getItem(TOKEN)}` },
         signal: controller.signal,
       });
-      if (!response.ok) throw new ApiError(response.status, response.statusText);
+      if (!response.ok) {
+        let message = response.statusText;
+        try {
+          message = (await response.json()).message || message;
+        } catch (_) { /* not JSON */ }
+        throw new ApiError(response.status, message);
+      }
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = '';
       for (;;) {
@@ -371,7 +392,9 @@ async function crPage(group, plural, namespace, name) {
         }
       }
     } catch (e) {
-      if (e.name !== 'AbortError') logState.textContent = e.message;
+      if (e.name === 'AbortError') return;
+      logState.textContent = '';
+      logFailed(e);
     }
   };
 
