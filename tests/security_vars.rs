@@ -42,13 +42,26 @@ async fn failure_message(api: &Api<kube::api::DynamicObject>, name: &str) -> (St
     (text("reason"), text("message"))
 }
 
+/// A namespace with an operator on [`watches`] (`fields` added to the entry) and the kind's API.
+struct Setup {
+    client: kube::Client,
+    ns: support::TestNamespace,
+    operator: support::operator::Operator,
+    api: Api<kube::api::DynamicObject>,
+}
+
+async fn setup(prefix: &str, fields: &str) -> Setup {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, prefix).await;
+    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let operator = OperatorConfig::new(&watches(fields), &ns.name).start();
+    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    Setup { client, ns, operator, api }
+}
+
 #[tokio::test]
 async fn a_cr_that_names_ansibles_own_variables_fails_naming_the_key_and_nothing_runs() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sec-vars").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let operator = OperatorConfig::new(&watches(""), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let Setup { client, ns, operator, api } = setup("sec-vars", "").await;
     let scratch = support::operator::scratch_dir("sec-vars-markers");
     let ssh_marker = scratch.join("proxy-command-ran");
     let shell_marker = scratch.join("interpreter-ran");
@@ -109,11 +122,8 @@ async fn a_cr_that_names_ansibles_own_variables_fails_naming_the_key_and_nothing
 
 #[tokio::test]
 async fn with_trust_cr_variables_the_spec_sets_ansibles_variables_as_upstream_does() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sec-vars-trusted").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let _operator = OperatorConfig::new(&watches("  trustCRVariables: true\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let Setup { client, ns, operator: _operator, api } =
+        setup("sec-vars-trusted", "  trustCRVariables: true\n").await;
     // `local` keeps the run on this host, so the ProxyCommand the variable holds never runs.
     let marker = support::operator::scratch_dir("sec-vars-trusted").join("proxy-command-ran");
     let spec = proxy_command_attack("local", &marker);
