@@ -31,8 +31,8 @@ case "$pass" in
     lanes=(
       "--lib --bins --test ssh --test etcd_cluster --test etcd_restore"
       "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test node --test pod_modules"
-      "--test executor --test core --test extra_vars --test security_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults"
-      "--test history --test api --test console --test storm"
+      "--test executor --test core --test extra_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults"
+      "--test history --test api --test console --test storm --test security_vars"
       "python"
     )
     # After the lanes, by themselves: `make undeploy` deletes the sample CRDs, and with them every
