@@ -516,7 +516,7 @@ fn bounded<T: Copy + std::fmt::Display>(
 ) -> T {
     let Some(value) = value else { return default };
     if let Some(asked) = value.asked {
-        tracing::warn!(annotation, asked = %asked, using = %value.value, "annotation above the watch's maximum: using the maximum");
+        tracing::warn!(annotation, asked = %asked, using = %value.value, "annotation beyond what the watch allows: using the watch's limit");
     }
     value.value
 }
