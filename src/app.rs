@@ -290,6 +290,13 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
                 "templates in this kind's CRs are evaluated (trustCRTemplates): whoever may create its CRs can run code as the operator"
             );
         }
+        if crate::reconcile::trusts_cr_variables(watch, args.trust_cr_variables) {
+            tracing::warn!(
+                file = %args.watches_file.display(),
+                gvk = %watch.gvk,
+                "this kind's CRs may set Ansible's own variables (trustCRVariables): whoever may create its CRs can run code as the operator"
+            );
+        }
     }
     if loaded.watches.is_empty() {
         tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
@@ -521,6 +528,7 @@ fn settings(
         ledger: Arc::default(),
         live: Arc::default(),
         trust_cr_templates: args.trust_cr_templates,
+        trust_cr_variables: args.trust_cr_variables,
         run_history_limit: args.run_history_limit,
         sharding: None,
     }

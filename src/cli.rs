@@ -212,6 +212,14 @@ pub struct RunArgs {
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub trust_cr_templates: bool,
 
+    /// Let spec keys set Ansible's own variables (`ansible_*` such as `ansible_connection`, and
+    /// magic names such as `hostvars`), as upstream does. Unsafe: whoever may create a CR then
+    /// chooses how and where Ansible runs commands. By default such a CR gets `Failure` and does not
+    /// run. A watch's `trustCRVariables` wins.
+    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_VARIABLES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub trust_cr_variables: bool,
+
     /// Address of the HTTPS API and web console (`0` disables them).
     #[arg(long, env = "ANSIBLE_OPERATOR_API_BIND_ADDRESS", default_value = ":8082")]
     pub api_bind_address: String,

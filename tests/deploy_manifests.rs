@@ -553,19 +553,20 @@ async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissio
     );
     assert!(who.contains(SERVICE_ACCOUNT), "the kubeconfig acts as the ServiceAccount: {who}");
 
+    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
     let operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
         .env("KUBECONFIG", kubeconfig.display().to_string())
+        .env("ETCD_BACKUP_DIR", backup_dir.display().to_string())
         .start();
     let memcacheds = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
     let backups = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
-    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
     let endpoint =
         format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
 
     let spec = json!({"size": 1, "image": support::node::MEMCACHED_IMAGE});
     support::create_cr(&memcacheds, "cache.example.com", "Memcached", "cache", spec).await;
-    let spec = json!({"endpoint": endpoint, "backupDir": backup_dir.display().to_string()});
-    support::create_cr(&backups, "etcd.example.com", "EtcdBackup", "nightly", spec).await;
+    support::create_cr(&backups, "etcd.example.com", "EtcdBackup", "nightly", json!({"endpoint": endpoint}))
+        .await;
     let memcached = support::wait_for_condition(&memcacheds, "cache", "Successful", "True", WAIT).await;
     assert_eq!(memcached.data["status"]["deployment"], "cache-memcached", "k8s_status wrote the status");
     assert_eq!(memcached.data["status"]["readyReplicas"], 1, "the role's wait on its Deployment was allowed");

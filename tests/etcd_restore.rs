@@ -81,8 +81,10 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     let ns = support::TestNamespace::new(&client, "sample-etcdrestore").await;
     support::install_sample_crds(&client).await;
     let releases = support::repo().join(".local/etcd-releases");
+    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
         .env("ETCD_RELEASES_DIR", releases.display().to_string())
+        .env("ETCD_BACKUP_DIR", backup_dir.display().to_string())
         .start();
     hosts::create_ssh_secret(
         &client,
@@ -95,7 +97,6 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     let clusters = support::cr_api(&client, GROUP, "EtcdCluster", &ns.name);
     let backups = support::cr_api(&client, GROUP, "EtcdBackup", &ns.name);
     let restores = support::cr_api(&client, GROUP, "EtcdRestore", &ns.name);
-    let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
 
     // A three-member cluster whose failover runs every 5 s instead of 30 s, so it runs during the
     // restore too.
@@ -134,7 +135,7 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     );
 
     // A backup of the cluster: a snapshot with its revision and sha256.
-    let spec = json!({"cluster": name, "keep": 2, "backupDir": backup_dir.display().to_string()});
+    let spec = json!({"cluster": name, "keep": 2});
     support::create_cr(&backups, GROUP, "EtcdBackup", "snap", spec).await;
     let backup = converged(&backups, "snap", 1).await;
     let snapshot = backup.data["status"]["snapshot"].clone();

@@ -63,14 +63,17 @@ async fn etcd_backup_snapshots_the_real_etcd_and_records_path_and_size() {
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, "sample-etcdbackup").await;
     support::install_sample_crds(&client).await;
-    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
-    let api = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
+    // The snapshot directory is the operator's choice, not the CR's (watches.yaml).
     let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
+    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
+        .env("ETCD_BACKUP_DIR", backup_dir.display().to_string())
+        .start();
+    let api = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
     let endpoint =
         format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
 
-    let spec = json!({"endpoint": endpoint, "backupDir": backup_dir.display().to_string()});
-    support::create_cr(&api, "etcd.example.com", "EtcdBackup", "nightly", spec).await;
+    support::create_cr(&api, "etcd.example.com", "EtcdBackup", "nightly", json!({"endpoint": endpoint}))
+        .await;
     let done = support::wait_for_condition(&api, "nightly", "Successful", "True", WAIT).await;
 
     let snapshot = &done.data["status"]["snapshot"];

@@ -30,6 +30,7 @@ use crate::runner::{self, Inventory, RunSpec};
 use crate::status::{self, Transition};
 use crate::vars::{self, VarsInput};
 use crate::watches::Watch;
+use annotations::Bounded;
 use budget::{Budget, Priority};
 use decide::{After, Before};
 use journal::Journal;
@@ -42,6 +43,9 @@ const PRECHECK_FAILED: &str = "PrecheckFailed";
 
 /// Reason of the `Failure` condition when a run took longer than its timeout.
 const RUN_TIMED_OUT: &str = "RunTimedOut";
+
+/// Reason of the `Failure` condition when the spec would set Ansible's own variables.
+const RESERVED_VARIABLE: &str = "ReservedVariable";
 
 /// Upstream's status message when the run could not start.
 const UNABLE_TO_RUN: &str = "Unable to run reconciliation";
@@ -79,6 +83,9 @@ pub struct Settings {
     pub live: Arc<crate::history::LiveRuns>,
     /// `--trust-cr-templates`: Jinja in CR strings is evaluated (a watch's `trustCRTemplates` wins).
     pub trust_cr_templates: bool,
+    /// `--trust-cr-variables`: spec keys may set Ansible's own variables (a watch's
+    /// `trustCRVariables` wins).
+    pub trust_cr_variables: bool,
     /// With `--sharding`: this replica's ring and shard.
     pub sharding: Option<crate::sharding::Membership>,
 }
@@ -182,6 +189,15 @@ pub enum Error {
         key: String,
         /// The timeout and the task that was running.
         message: String,
+    },
+    /// The spec would set Ansible's own variables, so nothing ran.
+    #[error("not running {key}")]
+    ReservedVariables {
+        /// namespace/name.
+        key: String,
+        /// The spec keys and the variables they would set.
+        #[source]
+        source: vars::ReservedVariables,
     },
     /// A task failed.
     #[error("event runner on failed for {key}")]
@@ -297,7 +313,17 @@ async fn reconcile_inner(
     let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
 
     let period = match annotations::reconcile_period(current.annotations()) {
-        Ok(period) => period.unwrap_or(watch.reconcile_period.unwrap_or(ctx.settings.reconcile_period)),
+        Ok(period) => {
+            if let Some(Bounded { value, asked: Some(asked) }) = period {
+                tracing::warn!(
+                    annotation = annotations::RECONCILE_PERIOD,
+                    asked = %go_duration::format(asked),
+                    period = %go_duration::format(value),
+                    "reconcile period annotation below the minimum: using the minimum"
+                );
+            }
+            period.map_or(watch.reconcile_period.unwrap_or(ctx.settings.reconcile_period), |p| p.value)
+        }
         Err(source) => {
             let message = format!("Unable to parse reconcile period annotation: {source}");
             status::write(&api, &name, &Transition::failed(message, None), current.metadata.generation)
@@ -328,6 +354,7 @@ async fn reconcile_inner(
     };
     let mut generation = current.metadata.generation;
     journal.start(ctx, &current, finalizing).await;
+    admit_variables(ctx, &api, &current, finalizing, key).await?;
 
     if watch.manage_status {
         match status::write(&api, &name, &Transition::Running, generation).await? {
@@ -446,15 +473,7 @@ fn run_spec(
     if !object_json["spec"].is_object() {
         tracing::debug!("spec was not found for CR");
     }
-    let extra_vars = vars::extra_vars(&VarsInput {
-        object: object_json,
-        group: &watch.gvk.group,
-        kind: &watch.gvk.kind,
-        snake_case_parameters: watch.snake_case_parameters,
-        unsafe_strings: unsafe_strings(watch, settings.trust_cr_templates),
-        watch_vars: &watch.vars,
-        finalizer_vars: finalizer.map(|f| &f.vars),
-    });
+    let extra_vars = vars::extra_vars(&vars_input(ctx, object_json, finalizing));
     let env_vars: Map<String, Value> = settings
         .playbook_env
         .iter()
@@ -466,9 +485,16 @@ fn run_spec(
         target,
         extra_vars,
         env_vars,
-        verbosity: annotations::verbosity(annotations).unwrap_or(watch.ansible_verbosity),
-        rotate_artifacts: annotations::max_runner_artifacts(annotations)
-            .unwrap_or(watch.max_runner_artifacts),
+        verbosity: bounded(
+            annotations::VERBOSITY,
+            annotations::verbosity(annotations, watch.ansible_verbosity),
+            watch.ansible_verbosity,
+        ),
+        rotate_artifacts: bounded(
+            annotations::MAX_RUNNER_ARTIFACTS,
+            annotations::max_runner_artifacts(annotations, watch.max_runner_artifacts),
+            watch.max_runner_artifacts,
+        ),
         ident,
         ansible_args: settings.ansible_args.clone(),
         inventory: match remote.and_then(|r| r.inventory.as_ref()) {
@@ -480,6 +506,65 @@ fn run_spec(
         executor: watch.extensions.executor,
         timeout: watch.extensions.run_timeout(settings.run_timeout),
     }
+}
+
+/// An annotation's value within its bounds, else `default`; a value out of bounds is logged.
+fn bounded<T: Copy + std::fmt::Display>(
+    annotation: &'static str,
+    value: Option<Bounded<T>>,
+    default: T,
+) -> T {
+    let Some(value) = value else { return default };
+    if let Some(asked) = value.asked {
+        tracing::warn!(annotation, asked = %asked, using = %value.value, "annotation beyond what the watch allows: using the watch's limit");
+    }
+    value.value
+}
+
+/// What the vars of a run of `object_json` are built from.
+fn vars_input<'a>(ctx: &'a Context, object_json: &'a Value, finalizing: bool) -> VarsInput<'a> {
+    let watch = &ctx.watch;
+    let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
+    VarsInput {
+        object: object_json,
+        group: &watch.gvk.group,
+        kind: &watch.gvk.kind,
+        snake_case_parameters: watch.snake_case_parameters,
+        unsafe_strings: unsafe_strings(watch, ctx.settings.trust_cr_templates),
+        watch_vars: &watch.vars,
+        finalizer_vars: finalizer.map(|f| &f.vars),
+    }
+}
+
+/// A CR whose spec would set Ansible's own variables does not run, unless the watch trusts its CRs'
+/// variables: `Failure` naming the keys (when the status is managed), and an error, so the journal
+/// records the refusal and its Event, and the CR is retried with backoff.
+async fn admit_variables(
+    ctx: &Context,
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    finalizing: bool,
+    key: &str,
+) -> Result<(), Error> {
+    if trusts_cr_variables(&ctx.watch, ctx.settings.trust_cr_variables) {
+        return Ok(());
+    }
+    let object_json = serde_json::to_value(object).unwrap_or(Value::Null);
+    let Err(source) = vars::check_reserved(&vars_input(ctx, &object_json, finalizing)) else {
+        return Ok(());
+    };
+    if ctx.watch.manage_status {
+        let failed =
+            Transition::Failed { reason: RESERVED_VARIABLE.into(), message: source.to_string(), stats: None };
+        status::write(api, &object.name_any(), &failed, object.metadata.generation).await?;
+    }
+    Err(Error::ReservedVariables { key: key.into(), source })
+}
+
+/// Whether a watch lets its CRs' spec keys set Ansible's own variables (`trustCRVariables`, else
+/// the flag), as upstream does.
+pub fn trusts_cr_variables(watch: &Watch, trust_by_default: bool) -> bool {
+    watch.extensions.trust_cr_variables.unwrap_or(trust_by_default)
 }
 
 /// Which CR strings a watch passes as unsafe text: all with `markUnsafe`, none where CR templates

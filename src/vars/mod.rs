@@ -1,8 +1,10 @@
 //! Extra vars: what a playbook receives, built from the CR exactly as upstream does.
 
+mod reserved;
 mod snake_case;
 mod unsafe_wrap;
 
+pub use reserved::{Reserved, ReservedVariables, check as check_reserved, is_reserved};
 pub use snake_case::{snake_case_keys, to_snake};
 pub use unsafe_wrap::{UnsafeStrings, mark_unsafe, wrap};
 

@@ -1,6 +1,6 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
-//! `executor`, `runHistoryLimit`, `trustCRTemplates`, `runTimeout`): read, type-checked and, for templates, parsed at load so a typo
-//! stops start-up.
+//! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`): read,
+//! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use crate::executor::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 8] = [
+pub(super) const KEYS: [&str; 9] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -22,6 +22,7 @@ pub(super) const KEYS: [&str; 8] = [
     "executor",
     "runHistoryLimit",
     "trustCRTemplates",
+    "trustCRVariables",
     "runTimeout",
 ];
 
@@ -72,6 +73,7 @@ pub(super) fn read(
     };
     let run_history_limit = fields.count("runHistoryLimit").map_err(|e| e.at(at))?.map(|n| n as usize);
     let trust_cr_templates = fields.boolean("trustCRTemplates").map_err(|e| e.at(at))?;
+    let trust_cr_variables = fields.boolean("trustCRVariables").map_err(|e| e.at(at))?;
     let run_timeout = run_timeout(fields, at)?;
     Ok(Extensions {
         inventory,
@@ -81,6 +83,7 @@ pub(super) fn read(
         executor,
         run_history_limit,
         trust_cr_templates,
+        trust_cr_variables,
         run_timeout,
     })
 }

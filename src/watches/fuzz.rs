@@ -214,7 +214,7 @@ fn wrong_value(field: &'static str) -> impl Strategy<Value = Value> {
     wrong.prop_filter("not the value the field takes", |value| !value.is_null())
 }
 
-const TYPED_FIELDS: [&str; 18] = [
+const TYPED_FIELDS: [&str; 19] = [
     "group",
     "version",
     "kind",
@@ -233,6 +233,7 @@ const TYPED_FIELDS: [&str; 18] = [
     "inventory",
     "runHistoryLimit",
     "trustCRTemplates",
+    "trustCRVariables",
 ];
 
 #[test]

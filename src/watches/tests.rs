@@ -299,7 +299,7 @@ fn extension_keys_are_read_without_warnings() {
     let (dir, env) = project();
     let loaded = parse_ok(
         &memcached(
-            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n  runTimeout: 15m\n",
+            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n  trustCRVariables: true\n  runTimeout: 15m\n",
         ),
         &env,
     );
@@ -312,6 +312,7 @@ fn extension_keys_are_read_without_warnings() {
     assert_eq!(extensions.executor, Some(crate::executor::Executor::Cold));
     assert_eq!(extensions.run_history_limit, Some(3));
     assert_eq!(extensions.trust_cr_templates, Some(true));
+    assert_eq!(extensions.trust_cr_variables, Some(true));
     assert_eq!(extensions.run_timeout, Some(Duration::from_secs(900)));
     assert!(extensions.uses_ssh());
 }
@@ -684,4 +685,28 @@ fn load_reads_the_file_and_names_it_in_errors() {
 fn error_is_send_and_sync_for_anyhow() {
     fn assert_send_sync<T: Send + Sync + 'static>() {}
     assert_send_sync::<Error>();
+}
+
+#[test]
+fn the_sample_watches_keep_commands_and_paths_in_watch_vars_shared_through_a_merge_key() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let env = Environment::new(repo);
+    let loaded = load(&repo.join("watches.yaml"), &DEFAULTS, &env).expect("the sample watches.yaml loads");
+    let vars = |kind: &str| {
+        let watch = loaded.watches.iter().find(|w| w.gvk.kind == kind).expect("a watch of the kind");
+        watch.vars.clone()
+    };
+    let (cluster, restore) = (vars("EtcdCluster"), vars("EtcdRestore"));
+    assert!(!cluster.contains_key("<<"), "the merge key is resolved: {:?}", cluster.keys());
+    for name in ["etcd_dir", "release_dir", "etcdctl", "running_check", "stop_member", "start_member"] {
+        assert!(cluster.contains_key(name), "EtcdCluster: {name}");
+        assert_eq!(restore.get(name), cluster.get(name), "EtcdRestore shares {name}");
+    }
+    assert!(cluster.contains_key("cluster_id"));
+    assert!(!restore.contains_key("cluster_id"), "the restore sets cluster_id itself (set_fact)");
+    assert!(vars("EtcdBackup").contains_key("backup_dir"));
+    for name in ["kube_dir", "kube_stop", "etcd_dir", "kube_releases_dir", "etcd_releases_dir", "cluster_id"]
+    {
+        assert!(vars("KubernetesCluster").contains_key(name), "KubernetesCluster: {name}");
+    }
 }

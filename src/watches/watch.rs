@@ -57,6 +57,9 @@ pub struct Extensions {
     /// `trustCRTemplates`: Jinja in CR strings is evaluated, as upstream does; `None` follows
     /// `--trust-cr-templates`.
     pub trust_cr_templates: Option<bool>,
+    /// `trustCRVariables`: spec keys may set Ansible's own variables (`ansible_*`, magic names), as
+    /// upstream allows; `None` follows `--trust-cr-variables`.
+    pub trust_cr_variables: Option<bool>,
     /// `runTimeout`: longest one run of this kind may take (`Some(ZERO)`: no limit); `None`
     /// follows `--ansible-run-timeout`.
     pub run_timeout: Option<Duration>,
