@@ -255,7 +255,9 @@ fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &
     ctx.metrics.undecodable_cr(&ctx.gvk_label);
     if let Some(events) = ctx.settings.events.clone() {
         let (reference, error) = (undecodable.reference(), undecodable.error.clone());
-        tokio::spawn(async move { events.record(&reference, &crate::history::events::undecodable(&error)).await });
+        tokio::spawn(
+            async move { events.record(&reference, &crate::history::events::undecodable(&error)).await },
+        );
     }
 }
 
