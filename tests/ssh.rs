@@ -236,7 +236,8 @@ async fn a_missing_secret_a_wrong_secret_and_a_bad_inventory_say_which() {
     let api = support::cr_api(&setup.client, GROUP, "Marker", ns);
     let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), ns);
     let opaque: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "opaque"}, "type": "Opaque", "stringData": {"id_rsa": "x"}
+        "metadata": {"name": "opaque", "annotations": {hosts::ALLOW_KINDS: "*"}},
+        "type": "Opaque", "stringData": {"id_rsa": "x"}
     }))
     .unwrap();
     secrets.create(&PostParams::default(), &opaque).await.unwrap();
