@@ -19,21 +19,7 @@ use support::operator::{Operator, OperatorConfig};
 const GROUP: &str = "security.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
 
-/// Raw insertion of every field, as a careless template author writes it: values land in plain
-/// YAML with no quoting.
-const INVENTORY: &str = r#"  inventory: |
-    targets:
-      hosts:
-    {% for h in spec.hosts %}
-        {{ h.name }}:
-          ansible_host: {{ h.address }}
-          ansible_port: {{ h.port }}
-          ansible_user: {{ h.user }}
-          ansible_python_interpreter: /usr/bin/python3
-          message: {{ h.message | default("hello") }}
-    {% endfor %}
-  sshKeySecret: "{{ spec.keySecret }}"
-"#;
+const INVENTORY: &str = hosts::MARKER_INVENTORY;
 
 fn watch(kind: &str) -> String {
     format!(
@@ -46,16 +32,25 @@ struct Setup {
     ns: support::TestNamespace,
     operator: Operator,
     api: Api<DynamicObject>,
+    kind: &'static str,
 }
 
-async fn setup(prefix: &str, kind: &str) -> Setup {
+async fn setup(prefix: &str, kind: &'static str) -> Setup {
     hosts::hosts();
     let client = support::client().await;
     let ns = support::TestNamespace::new(&client, prefix).await;
     support::install_crd(&client, &support::crd(GROUP, kind, true)).await;
     let operator = OperatorConfig::new(&watch(kind), &ns.name).start();
     let api = support::cr_api(&client, GROUP, kind, &ns.name);
-    Setup { client, ns, operator, api }
+    Setup { client, ns, operator, api, kind }
+}
+
+/// Creates CR `name` on host1 with the key Secret `secret` and host1's `field` set to `value`.
+async fn create(setup: &Setup, name: &str, secret: &str, field: &str, value: Value) {
+    let mut host = hosts::hosts()[0].spec();
+    host[field] = value;
+    let spec = json!({"keySecret": secret, "hosts": [host]});
+    support::create_cr(&setup.api, GROUP, setup.kind, name, spec).await;
 }
 
 /// A key Secret every kind may use.
@@ -97,16 +92,7 @@ async fn a_template_in_a_cr_string_is_never_run_on_the_operator_host() {
 
     // In a host variable the run uses: the run succeeds and the host gets the text as written.
     let (in_message, template) = touch(&setup, "from-message");
-    let mut host = all[0].spec();
-    host["message"] = json!(template);
-    support::create_cr(
-        &setup.api,
-        GROUP,
-        "Templated",
-        "message",
-        json!({"keySecret": "keys", "hosts": [host]}),
-    )
-    .await;
+    create(&setup, "message", "keys", "message", json!(template)).await;
     support::wait_for_condition(&setup.api, "message", "Successful", "True", WAIT).await;
     let written = std::fs::read_to_string(marker_on(&all[0], ns, "message")).unwrap();
     assert_eq!(written, format!("{template}\n"), "the host got the CR's text, not its result");
@@ -114,16 +100,7 @@ async fn a_template_in_a_cr_string_is_never_run_on_the_operator_host() {
 
     // In the address: no host by that name, the run fails; nothing ran.
     let (in_address, template) = touch(&setup, "from-address");
-    let mut host = all[0].spec();
-    host["address"] = json!(template);
-    support::create_cr(
-        &setup.api,
-        GROUP,
-        "Templated",
-        "address",
-        json!({"keySecret": "keys", "hosts": [host]}),
-    )
-    .await;
+    create(&setup, "address", "keys", "address", json!(template)).await;
     let message = failure(&setup.api, "address", "Failed").await;
     assert!(message.contains("host host1 unreachable"), "{message}");
     assert!(!in_address.exists(), "the lookup ran on the operator host");
@@ -143,20 +120,14 @@ async fn a_port_or_a_name_that_injects_host_variables_fails_naming_the_host() {
     let local_marker =
         |name: &str| PathBuf::from(std::env::var("HOME").unwrap()).join(format!("markers/{ns}-{name}"));
 
-    let mut host = all[0].spec();
-    host["port"] = json!("1, ansible_connection: local");
-    support::create_cr(&setup.api, GROUP, "Injected", "port", json!({"keySecret": "keys", "hosts": [host]}))
-        .await;
+    create(&setup, "port", "keys", "port", json!("1, ansible_connection: local")).await;
     let message = failure(&setup.api, "port", "InventoryError").await;
     assert_eq!(
         message,
         "inventory: group \"targets\": host \"host1\": ansible_port \"1, ansible_connection: local\" is not a port (a number from 1 to 65535)"
     );
 
-    let mut host = all[0].spec();
-    host["name"] = json!("host1: {ansible_connection: local}\n    other");
-    support::create_cr(&setup.api, GROUP, "Injected", "name", json!({"keySecret": "keys", "hosts": [host]}))
-        .await;
+    create(&setup, "name", "keys", "name", json!("host1: {ansible_connection: local}\n    other")).await;
     let message = failure(&setup.api, "name", "InventoryError").await;
     assert_eq!(
         message,
@@ -168,14 +139,7 @@ async fn a_port_or_a_name_that_injects_host_variables_fails_naming_the_host() {
         assert!(!marker_on(&all[0], ns, name).exists(), "{name}: nothing ran");
     }
     // The same CR with a port and a name: it runs.
-    support::create_cr(
-        &setup.api,
-        GROUP,
-        "Injected",
-        "fine",
-        json!({"keySecret": "keys", "hosts": [all[0].spec()]}),
-    )
-    .await;
+    create(&setup, "fine", "keys", "port", json!(all[0].port)).await;
     support::wait_for_condition(&setup.api, "fine", "Successful", "True", WAIT).await;
     assert!(marker_on(&all[0], ns, "fine").exists());
 }
@@ -197,14 +161,7 @@ async fn a_key_secret_is_used_only_when_it_opts_in_for_the_kind() {
     .await;
 
     for secret in ["theirs", "other"] {
-        support::create_cr(
-            &setup.api,
-            GROUP,
-            "Guarded",
-            secret,
-            json!({"keySecret": secret, "hosts": [all[0].spec()]}),
-        )
-        .await;
+        create(&setup, secret, secret, "port", json!(all[0].port)).await;
         let message = failure(&setup.api, secret, "SSHKeySecretNotAllowed").await;
         assert_eq!(
             message,

@@ -17,19 +17,7 @@ use support::operator::{Operator, OperatorConfig};
 const GROUP: &str = "ssh.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
 
-/// Hosts and groups from `spec.hosts`, each with its address, port and user.
-const INVENTORY: &str = r#"  inventory: |
-    targets:
-      hosts:
-    {% for h in spec.hosts %}
-        {{ h.name }}:
-          ansible_host: {{ h.address }}
-          ansible_port: {{ h.port }}
-          ansible_user: {{ h.user }}
-          ansible_python_interpreter: /usr/bin/python3
-    {% endfor %}
-  sshKeySecret: "{{ spec.keySecret }}"
-"#;
+const INVENTORY: &str = hosts::MARKER_INVENTORY;
 
 /// A watch of `kind` running the marker playbook over SSH, with `extra` watch lines.
 fn watch(kind: &str, extra: &str) -> String {

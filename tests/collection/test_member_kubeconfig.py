@@ -3,27 +3,15 @@ Secret named by the CR is used only when it opts in for the kind, and a kubeconf
 the client run a command or read a file on the operator's host is refused before anything loads it."""
 
 import base64
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+from test_kubernetescluster_helpers import PLAYBOOKS, load
 
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 ALLOW = "ansible-operator.dev/allow-kinds"
-
-
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 member_kubeconfig = load(PLAYBOOKS / "library" / "member_kubeconfig.py")
 
 

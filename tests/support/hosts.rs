@@ -59,6 +59,23 @@ pub fn hosts() -> &'static [Host] {
     })
 }
 
+/// Watch lines (`inventory`, `sshKeySecret`) for CRs whose `spec.hosts` lists test hosts and whose
+/// `spec.keySecret` names the key Secret. Every value is pasted in plainly, as a careless template
+/// author writes it; `message` is the host variable tests/fixtures/playbooks/ssh_marker.yml writes.
+pub const MARKER_INVENTORY: &str = r#"  inventory: |
+    targets:
+      hosts:
+    {% for h in spec.hosts %}
+        {{ h.name }}:
+          ansible_host: {{ h.address }}
+          ansible_port: {{ h.port }}
+          ansible_user: {{ h.user }}
+          ansible_python_interpreter: /usr/bin/python3
+          message: {{ h.message | default("hello") }}
+    {% endfor %}
+  sshKeySecret: "{{ spec.keySecret }}"
+"#;
+
 /// The private key every test host accepts.
 pub fn client_key() -> String {
     hosts();
