@@ -119,7 +119,9 @@ def check(secret: dict[str, Any], name: str, kind: str) -> tuple[str, str]:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "secret": {"type": "dict", "required": True, "no_log": True},
+            # Not `no_log` here: Ansible would mask every output that repeats one of its values
+            # (`v1`, the namespace) and garble the kubeconfig. The task is `no_log: true` instead.
+            "secret": {"type": "dict", "required": True},
             "name": {"type": "str", "required": True},
             "kind": {"type": "str", "required": True},
         },

@@ -104,3 +104,17 @@ def test_the_kubeconfig_used_has_only_the_server_ca_data_and_credentials(tmp_pat
     assert problem == "" and yaml.safe_load(text)["users"][0]["user"] == {"token": "t"}
     problem, _ = member_kubeconfig.check(secret(kubeconfig({"username": "a", "password": "b"})), "m", "KubernetesCluster")
     assert problem == "Secret m: kubeconfig has neither a token nor client certificate data"
+
+
+def test_the_module_returns_the_kubeconfig_unmasked_through_ansible(tmp_path: Path) -> None:
+    """Run as the sample runs it: Ansible masks a module's output that repeats a `no_log` argument
+    (`v1` of the Secret's apiVersion would become `********` in `apiVersion: v1`)."""
+    from conftest import OFFLINE_ENV, run_tasks
+
+    found = dict(secret(kubeconfig({"token": "t"})), apiVersion="v1", kind="Secret", type="Opaque")
+    task = {"member_kubeconfig": {"secret": found, "name": "m", "kind": "KubernetesCluster"}}
+    env = dict(OFFLINE_ENV, ANSIBLE_LIBRARY=str(PLAYBOOKS / "library"))
+    [result] = run_tasks([task], tmp_path / "run", env=env)
+    assert result["problem"] == "", result
+    config = yaml.safe_load(result["kubeconfig"])
+    assert config["apiVersion"] == "v1" and config["users"][0]["user"] == {"token": "t"}, result["kubeconfig"]
