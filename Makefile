@@ -133,6 +133,8 @@ run: install build ## Run the operator on watches.yaml against the local cluster
 	KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl create secret generic etcd-hosts-ssh -n default \
 		--type=kubernetes.io/ssh-auth --from-file=ssh-privatekey=.local/test-hosts/id_ed25519 \
 		--from-file=known_hosts=.local/test-hosts/known_hosts --dry-run=client -o yaml \
+		| KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl annotate -f - --local -o yaml \
+			ansible-operator.dev/allow-kinds=EtcdCluster,EtcdRestore,KubernetesCluster \
 		| KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl apply -f -
 	KUBECONFIG=$(LOCAL_KUBECONFIG) ansible-operator run --watches-file=$(WATCHES)
 

@@ -29,7 +29,7 @@ alone=""
 case "$pass" in
   warm)
     lanes=(
-      "--lib --bins --test ssh --test etcd_cluster --test etcd_restore"
+      "--lib --bins --test ssh --test security_inventory --test etcd_cluster --test etcd_restore"
       "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test node --test pod_modules --test scaffold"
       "--test executor --test core --test extra_vars --test security_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults"
       "--test history --test events --test api --test console --test storm --test security_access"
@@ -45,7 +45,7 @@ case "$pass" in
   cold)
     export ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold
     lanes=(
-      "--test ssh --test etcd_cluster --test etcd_restore"
+      "--test ssh --test security_inventory --test etcd_cluster --test etcd_restore"
       "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test pod_modules"
       "--test core --test extra_vars --test security_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test history --test events --test api --test faults --test security_access"
     )
@@ -53,7 +53,7 @@ case "$pass" in
   next)
     export ANSIBLE_OPERATOR_TEST_VENV="$repo/.venv-2.19"
     lanes=(
-      "--test ssh --test samples --test pod_modules"
+      "--test ssh --test security_inventory --test samples --test pod_modules"
       "--test finalizers --test status_and_filters --test requeue --test executor"
       "--test toolchain version_reports"
       "--test extra_vars"

@@ -1,7 +1,10 @@
 //! Extension templates (DESIGN.md "Extensions"): minijinja, rendered against the CR with strict
 //! undefined. A template error names the watch field and the template line; it never panics.
 
-use minijinja::{Environment, UndefinedBehavior};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior};
 use serde_json::{Map, Value};
 
 /// A template that does not parse or does not render.
@@ -36,22 +39,92 @@ pub fn check(field: &'static str, source: &str) -> Result<(), Error> {
     env.template_from_named_str(field, source).map(drop).map_err(|err| error(field, &err))
 }
 
-/// Renders a template against a CR: `metadata`, `spec` and `status` (empty mappings when absent),
+/// What a template sees of a CR: `metadata`, `spec` and `status` (empty mappings when absent),
 /// and the whole CR as `object`.
-pub fn render(field: &'static str, source: &str, object: &Value) -> Result<String, Error> {
+fn context(object: &Value) -> minijinja::value::Serde<Value> {
     let part = |key: &str| match &object[key] {
         Value::Null => Value::Object(Map::new()),
         value => value.clone(),
     };
-    let context = serde_json::json!({
+    minijinja::value::Serde(serde_json::json!({
         "metadata": part("metadata"),
         "spec": part("spec"),
         "status": part("status"),
         "object": object,
+    }))
+}
+
+/// Renders a template against a CR (see [`context`]).
+pub fn render(field: &'static str, source: &str, object: &Value) -> Result<String, Error> {
+    environment().render_named_str(field, source, context(object)).map_err(|err| error(field, &err))
+}
+
+/// A template rendered with every `{{ … }}` value held back: the text has a marker where each
+/// value goes, and the values are returned beside it, for the caller to put in as data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marked {
+    /// The rendered text, with [`Marked::marker`] for each value.
+    pub text: String,
+    /// The values, in the order of their markers.
+    pub values: Vec<Value>,
+    /// Letters and digits that start every marker, unique to this rendering, so neither the
+    /// template nor a value can write one: a marker is `<nonce>v<index>z`.
+    pub nonce: String,
+}
+
+impl Marked {
+    /// The marker of value `index`.
+    pub fn marker(&self, index: usize) -> String {
+        format!("{}v{index}z", self.nonce)
+    }
+}
+
+/// Renders a template against a CR (see [`context`]) holding back every value an expression
+/// outputs. Text the template author marked `| safe` is written as it is (the way to build
+/// structure on purpose), and so is the output of macros and `{% set %}` blocks, whose own
+/// values are held back. `tojson` returns its value unchanged: the caller writes values as data.
+pub fn render_marked(field: &'static str, source: &str, object: &Value) -> Result<Marked, Error> {
+    let nonce = nonce();
+    let values = Arc::new(Mutex::new(Vec::new()));
+    let mut env = environment();
+    // Custom auto-escape routes every output through the formatter and makes captured blocks
+    // (`{% set %}`, macros) safe text, already marked inside.
+    env.set_auto_escape_callback(|_| AutoEscape::Custom("marked".into()));
+    env.add_filter("tojson", |value: minijinja::Value, _: minijinja::value::Rest<minijinja::Value>| value);
+    let (held, prefix) = (Arc::clone(&values), nonce.clone());
+    env.set_formatter(move |out, _state, value| {
+        if value.is_safe() {
+            return out.write_str(value.as_str().unwrap_or_default()).map_err(minijinja::Error::from);
+        }
+        if value.is_undefined() {
+            // `{{ x if y }}` with y false: Jinja prints nothing.
+            return Ok(());
+        }
+        let data = serde_json::to_value(value).map_err(|err| {
+            minijinja::Error::new(ErrorKind::BadSerialization, "a value that is not data").with_source(err)
+        })?;
+        let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.push(data);
+        write!(out, "{prefix}v{}z", held.len() - 1).map_err(minijinja::Error::from)
     });
-    environment()
-        .render_named_str(field, source, minijinja::value::Serde(context))
-        .map_err(|err| error(field, &err))
+    let text = env.render_named_str(field, source, context(object)).map_err(|err| error(field, &err))?;
+    drop(env);
+    let values = Arc::try_unwrap(values)
+        .map(|held| held.into_inner().unwrap_or_else(PoisonError::into_inner))
+        .unwrap_or_else(|shared| shared.lock().unwrap_or_else(PoisonError::into_inner).clone());
+    Ok(Marked { text, values, nonce })
+}
+
+/// `ao` and 24 random hex digits.
+fn nonce() -> String {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 12];
+    // The system RNG does not fail on Linux; a fixed nonce would still only come from a template.
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    bytes.iter().fold(String::from("ao"), |mut out, byte| {
+        let _ = write!(out, "{byte:02x}");
+        out
+    })
 }
 
 #[cfg(test)]

@@ -197,7 +197,7 @@ async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_a
     // Join the local control plane as a member: registered in the new cluster with its version.
     let local = std::fs::read_to_string(support::kubeconfig()).unwrap();
     let member_secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "local-kubeconfig"},
+        "metadata": {"name": "local-kubeconfig", "annotations": {hosts::ALLOW_KINDS: "KubernetesCluster"}},
         "stringData": {"kubeconfig": local},
     }))
     .unwrap();

@@ -17,19 +17,7 @@ use support::operator::{Operator, OperatorConfig};
 const GROUP: &str = "ssh.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
 
-/// Hosts and groups from `spec.hosts`, each with its address, port and user.
-const INVENTORY: &str = r#"  inventory: |
-    targets:
-      hosts:
-    {% for h in spec.hosts %}
-        {{ h.name }}:
-          ansible_host: {{ h.address }}
-          ansible_port: {{ h.port }}
-          ansible_user: {{ h.user }}
-          ansible_python_interpreter: /usr/bin/python3
-    {% endfor %}
-  sshKeySecret: "{{ spec.keySecret }}"
-"#;
+const INVENTORY: &str = hosts::MARKER_INVENTORY;
 
 /// A watch of `kind` running the marker playbook over SSH, with `extra` watch lines.
 fn watch(kind: &str, extra: &str) -> String {
@@ -236,7 +224,8 @@ async fn a_missing_secret_a_wrong_secret_and_a_bad_inventory_say_which() {
     let api = support::cr_api(&setup.client, GROUP, "Marker", ns);
     let secrets: Api<Secret> = Api::namespaced(setup.client.clone(), ns);
     let opaque: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "opaque"}, "type": "Opaque", "stringData": {"id_rsa": "x"}
+        "metadata": {"name": "opaque", "annotations": {hosts::ALLOW_KINDS: "*"}},
+        "type": "Opaque", "stringData": {"id_rsa": "x"}
     }))
     .unwrap();
     secrets.create(&PostParams::default(), &opaque).await.unwrap();

@@ -20,6 +20,17 @@ pub const SSH_AUTH_TYPE: &str = "kubernetes.io/ssh-auth";
 pub const PRIVATE_KEY: &str = "ssh-privatekey";
 /// The optional Secret key holding known host keys.
 pub const KNOWN_HOSTS: &str = "known_hosts";
+/// The annotation by which a Secret a CR names opts in to being used for CRs of the kinds it lists
+/// (comma-separated, `*` for any): whoever may create a CR does not thereby use every key of the
+/// namespace.
+pub const ALLOW_KINDS: &str = "ansible-operator.dev/allow-kinds";
+
+/// Whether a Secret's annotations let CRs of `kind` use it.
+pub fn allows_kind(annotations: Option<&std::collections::BTreeMap<String, String>>, kind: &str) -> bool {
+    annotations
+        .and_then(|annotations| annotations.get(ALLOW_KINDS))
+        .is_some_and(|kinds| kinds.split(',').map(str::trim).any(|allowed| allowed == kind || allowed == "*"))
+}
 
 /// What a run against remote hosts needs.
 #[derive(Debug, Clone)]
@@ -65,6 +76,18 @@ pub enum Error {
         /// Its type.
         found: String,
     },
+    /// The Secret does not opt in to CRs of this kind.
+    #[error(
+        "sshKeySecret: Secret {namespace}/{name} is not allowed for kind {kind}: annotate it {ALLOW_KINDS}: \"{kind}\" (a comma-separated list of kinds) to let CRs of that kind use it"
+    )]
+    NotAllowed {
+        /// Namespace of the CR.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// The CR's kind.
+        kind: String,
+    },
     /// The Secret has no private key.
     #[error("sshKeySecret: Secret {namespace}/{name} has no {PRIVATE_KEY:?} key")]
     KeyMissing {
@@ -95,6 +118,7 @@ impl Error {
             Error::Template(_) | Error::ClusterScoped { .. } | Error::SecretType { .. } => {
                 "SSHKeySecretInvalid"
             }
+            Error::NotAllowed { .. } => "SSHKeySecretNotAllowed",
             Error::SecretNotFound { .. } => "SSHKeySecretNotFound",
             Error::KeyMissing { .. } => "SSHKeyMissing",
             Error::Read { .. } => "SSHKeySecretUnreadable",
@@ -114,7 +138,8 @@ pub async fn prepare(
     }
     let inventory = match &extensions.inventory {
         Some(source) => {
-            let text = template::render("inventory", source, object)?;
+            let marked = template::render_marked("inventory", source, object)?;
+            let text = inventory::fill(&marked)?;
             let hosts = inventory::hosts(&text)?;
             Some((text, hosts))
         }
@@ -126,7 +151,8 @@ pub async fn prepare(
             let Some(namespace) = namespace else {
                 return Err(Error::ClusterScoped { name });
             };
-            let (key, known_hosts) = read_secret(client, namespace, &name).await?;
+            let kind = object["kind"].as_str().unwrap_or_default();
+            let (key, known_hosts) = read_secret(client, namespace, &name, kind).await?;
             (Some(key), known_hosts)
         }
         None => (None, None),
@@ -141,6 +167,7 @@ async fn read_secret(
     client: &Client,
     namespace: &str,
     name: &str,
+    kind: &str,
 ) -> Result<(PrivateKey, Option<String>), Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let (namespace, name) = (namespace.to_string(), name.to_string());
@@ -149,6 +176,9 @@ async fn read_secret(
         Ok(None) => return Err(Error::SecretNotFound { namespace, name }),
         Err(cause) => return Err(Error::Read { namespace, name, cause }),
     };
+    if !allows_kind(secret.metadata.annotations.as_ref(), kind) {
+        return Err(Error::NotAllowed { namespace, name, kind: kind.to_string() });
+    }
     let found = secret.type_.clone().unwrap_or_default();
     if found != SSH_AUTH_TYPE {
         return Err(Error::SecretType { namespace, name, found });
@@ -183,5 +213,24 @@ mod tests {
         let missing = Error::KeyMissing { namespace, name };
         assert_eq!(missing.reason(), "SSHKeyMissing");
         assert_eq!(missing.to_string(), "sshKeySecret: Secret ns/keys has no \"ssh-privatekey\" key");
+    }
+
+    #[test]
+    fn a_secret_is_used_only_for_the_kinds_its_annotation_lists() {
+        let annotations =
+            |value: &str| std::collections::BTreeMap::from([(ALLOW_KINDS.to_string(), value.to_string())]);
+        assert!(allows_kind(Some(&annotations("EtcdCluster, EtcdRestore")), "EtcdRestore"));
+        assert!(allows_kind(Some(&annotations("*")), "KubernetesCluster"));
+        assert!(!allows_kind(Some(&annotations("EtcdCluster")), "EtcdRestore"));
+        assert!(!allows_kind(Some(&annotations("etcdcluster")), "EtcdCluster"), "kinds are case-sensitive");
+        assert!(!allows_kind(Some(&annotations("")), "EtcdCluster"));
+        assert!(!allows_kind(None, "EtcdCluster"));
+        let refused =
+            Error::NotAllowed { namespace: "ns".into(), name: "keys".into(), kind: "EtcdCluster".into() };
+        assert_eq!(refused.reason(), "SSHKeySecretNotAllowed");
+        assert_eq!(
+            refused.to_string(),
+            "sshKeySecret: Secret ns/keys is not allowed for kind EtcdCluster: annotate it ansible-operator.dev/allow-kinds: \"EtcdCluster\" (a comma-separated list of kinds) to let CRs of that kind use it"
+        );
     }
 }

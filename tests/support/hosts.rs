@@ -59,6 +59,23 @@ pub fn hosts() -> &'static [Host] {
     })
 }
 
+/// Watch lines (`inventory`, `sshKeySecret`) for CRs whose `spec.hosts` lists test hosts and whose
+/// `spec.keySecret` names the key Secret. Every value is pasted in plainly, as a careless template
+/// author writes it; `message` is the host variable tests/fixtures/playbooks/ssh_marker.yml writes.
+pub const MARKER_INVENTORY: &str = r#"  inventory: |
+    targets:
+      hosts:
+    {% for h in spec.hosts %}
+        {{ h.name }}:
+          ansible_host: {{ h.address }}
+          ansible_port: {{ h.port }}
+          ansible_user: {{ h.user }}
+          ansible_python_interpreter: /usr/bin/python3
+          message: {{ h.message | default("hello") }}
+    {% endfor %}
+  sshKeySecret: "{{ spec.keySecret }}"
+"#;
+
 /// The private key every test host accepts.
 pub fn client_key() -> String {
     hosts();
@@ -89,7 +106,11 @@ pub fn key_body(key: &str) -> Vec<String> {
     key.lines().filter(|line| !line.starts_with("-----") && line.len() > 20).map(str::to_string).collect()
 }
 
-/// Creates a `kubernetes.io/ssh-auth` Secret.
+/// The annotation by which a Secret a CR names opts in to the CR's kind (README "Security").
+pub const ALLOW_KINDS: &str = "ansible-operator.dev/allow-kinds";
+
+/// Creates a `kubernetes.io/ssh-auth` Secret that every kind may use (`allow-kinds: "*"`): the
+/// tests' kinds are many; tests/security_inventory.rs shows the opt-in itself.
 pub async fn create_ssh_secret(
     client: &Client,
     namespace: &str,
@@ -97,13 +118,29 @@ pub async fn create_ssh_secret(
     key: &str,
     known_hosts: Option<&str>,
 ) {
+    create_ssh_secret_for(client, namespace, name, key, known_hosts, Some("*")).await;
+}
+
+/// Creates a `kubernetes.io/ssh-auth` Secret annotated `allow-kinds: <allow>` (none when `None`).
+pub async fn create_ssh_secret_for(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    known_hosts: Option<&str>,
+    allow: Option<&str>,
+) {
     let mut data = std::collections::BTreeMap::new();
     data.insert("ssh-privatekey".to_string(), ByteString(key.as_bytes().to_vec()));
     if let Some(known_hosts) = known_hosts {
         data.insert("known_hosts".to_string(), ByteString(known_hosts.as_bytes().to_vec()));
     }
     let secret = Secret {
-        metadata: kube::api::ObjectMeta { name: Some(name.into()), ..Default::default() },
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            annotations: allow.map(|kinds| [(ALLOW_KINDS.to_string(), kinds.to_string())].into()),
+            ..Default::default()
+        },
         type_: Some("kubernetes.io/ssh-auth".into()),
         data: Some(data),
         ..Default::default()
