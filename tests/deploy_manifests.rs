@@ -737,10 +737,22 @@ fn dockerfile_copies_only_files_that_exist_and_installs_the_same_toolchain_as_th
         }
         assert!(dir.join("requirements.txt").exists());
     }
+    // The base image is upstream's layout (tini at /tini) and the sample image is built FROM it.
     assert!(
         dockerfile.contains(
-            r#"ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]"#
+            r#"ENTRYPOINT ["/tini", "--", "/usr/local/bin/ansible-operator", "run", "--watches-file=./watches.yaml"]"#
         ),
         "upstream's entrypoint"
+    );
+    assert!(dockerfile.contains("ln -s /usr/bin/tini /tini"), "tini at /tini, as upstream's base image");
+    let base = dockerfile.find(" AS base\n").expect("a base target");
+    let sample = dockerfile.find("FROM base AS sample\n").expect("the sample image FROM the base");
+    assert!(
+        base < sample && dockerfile.trim_end().ends_with("${HOME}/playbooks/"),
+        "the sample image is last"
+    );
+    assert!(
+        !dockerfile[base..sample].contains("COPY --chown=1001:0 roles/"),
+        "no sample operator in the base"
     );
 }
