@@ -233,7 +233,7 @@ async function crPage(group, plural, namespace, name) {
         h('div', { class: 'card' }, h('div', { class: 'log-head' }, h('h2', { text: 'Log' }), logState), logRefused, log))));
 
   // selected: the run shown; awaiting: the newest run when "Reconcile now" was pressed.
-  const state = { detail: null, selected: null, shown: null, awaiting: undefined };
+  const state = { detail: null, selected: null, shown: null, awaiting: undefined, ending: undefined };
 
   reconcile.addEventListener('click', async () => {
     reconcile.disabled = true;
@@ -272,10 +272,24 @@ async function crPage(group, plural, namespace, name) {
       h('td', { text: c.type }), h('td', { text: c.status }), h('td', { text: c.reason || '' }),
       h('td', { text: c.message || '' }), h('td', { class: 'muted', text: ago(c.lastTransitionTime) }))));
     const list = runs();
-    // A run that just ended: its record replaces the in-flight entry (same ident).
-    if (state.selected && !list.some((r) => r.name === state.selected)) {
+    // A run that just ended: its record replaces the in-flight entry (same ident). The run leaves
+    // the in-flight list a moment before its record is listed: until the record shows up (10 s at
+    // most; with no history kept it never does) the selection waits for it instead of jumping to
+    // an older run.
+    if (!state.selected || list.some((r) => r.name === state.selected)) {
+      state.ending = undefined;
+    } else {
       const ended = list.find((r) => r.ident === state.selected);
-      state.selected = ended ? ended.name : null;
+      const wasInFlight = previous && previous.inFlight && previous.inFlight.name === state.selected;
+      if (ended) {
+        state.selected = ended.name;
+        state.ending = undefined;
+      } else if (wasInFlight || (state.ending && Date.now() - state.ending < 10000)) {
+        state.ending = state.ending || Date.now();
+      } else {
+        state.selected = null;
+        state.ending = undefined;
+      }
     }
     const newest = list[0] && list[0].name;
     // After "Reconcile now", the next new run is selected as soon as it shows up.
@@ -303,7 +317,7 @@ async function crPage(group, plural, namespace, name) {
     }));
     const selected = list.find((r) => r.name === state.selected);
     const key = selected ? `${selected.name}/${selected.inFlight}` : null;
-    if (key !== state.shown) {
+    if (key !== state.shown && !state.ending) {
       state.shown = key;
       await showRun(selected);
     }
