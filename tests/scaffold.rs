@@ -31,6 +31,9 @@ const MARKER: &str = "installed by the project image";
 const LOAD: usize = 50;
 const MEMORY_LIMIT: u64 = 768 * 1024 * 1024;
 const WAIT: Duration = Duration::from_secs(240);
+/// The LOAD CRs' runs share the operator's 500m CPU limit (and, in `make test`, two cores with the
+/// other lanes): minutes, not seconds.
+const LOAD_WAIT: Duration = Duration::from_secs(900);
 
 /// The base image the project builds FROM: `BASE_IMG`, as `make docker-build-base` names it.
 fn base_image() -> String {
@@ -136,6 +139,9 @@ impl Drop for Deployed {
             let log = kubectl(["-n", PROJECT_NAMESPACE, "logs", &format!("deployment/{DEPLOYMENT}")]);
             eprintln!("---- the project's operator log ----\n{}", String::from_utf8_lossy(&log.stdout));
         }
+        // The operator first, so that nothing adds a finalizer back; then the CRs' finalizers go,
+        // or deleting the CRD would wait for them for ever.
+        let _ = kubectl(["-n", PROJECT_NAMESPACE, "delete", "deployment", DEPLOYMENT, "--wait=true"]);
         if let Some(namespace) = &self.cr_namespace {
             let names = kubectl(["-n", namespace, "get", "memcacheds.cache.example.org", "-o", "name"]);
             for name in String::from_utf8_lossy(&names.stdout).lines() {
@@ -273,7 +279,7 @@ async fn an_upstream_project_builds_from_the_base_image_and_runs_with_its_own_co
         let cr = memcached(&ns.name, &format!("load-{i:02}"), 0);
         memcacheds.create(&PostParams::default(), &cr).await.expect("create a load CR");
     }
-    wait_for(&format!("{LOAD} more Memcacheds to converge"), WAIT, || async {
+    wait_for(&format!("{LOAD} more Memcacheds to converge"), LOAD_WAIT, || async {
         let list = memcacheds.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
         let done = list.items.iter().filter(|cr| converged(cr)).count();
         Ok(if done == LOAD + 1 { Ok(()) } else { Err(format!("{done} of {} converged", LOAD + 1)) })
@@ -289,7 +295,15 @@ async fn an_upstream_project_builds_from_the_base_image_and_runs_with_its_own_co
     let record = secrets.get("finalizer-record").await.expect("the finalizer's record");
     let finalized = record.data.unwrap_or_default().get("finalized").map(|v| v.0.clone());
     assert_eq!(finalized.as_deref(), Some(SAMPLE.as_bytes()), "the finalizer role recorded the deletion");
-    kubectl_ok(["-n", &ns.name, "delete", "memcacheds.cache.example.org", "--all", "--wait=true"]);
+    kubectl_ok([
+        "-n",
+        &ns.name,
+        "delete",
+        "memcacheds.cache.example.org",
+        "--all",
+        "--wait=true",
+        "--timeout=900s",
+    ]);
 
     // Nothing the operator does is refused by the scaffold's RBAC once it runs (a refused Event is
     // said once, at its kind's first run).
