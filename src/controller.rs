@@ -163,15 +163,9 @@ impl WatchController {
             })
             .filter_map({
                 let ctx = ctx.clone();
-                move |event| {
-                    let event = match event {
-                        Ok(event) => decoded::decode_event(event, |undecodable| {
-                            report_undecodable(&ctx, undecodable, &mut reported)
-                        })
-                        .map(Ok),
-                        Err(error) => Some(Err(error)),
-                    };
-                    std::future::ready(event)
+                move |item| {
+                    let report = |undecodable: &Undecodable| report_undecodable(&ctx, undecodable);
+                    std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
             .modify(|object| object.managed_fields_mut().clear())
@@ -238,12 +232,9 @@ fn discovery_error(gvk: &Gvk, source: kube::Error) -> Error {
     }
 }
 
-/// Says once per version of a CR that it cannot be decoded: a warning naming it, the
+/// Says that a CR cannot be decoded (once per version of it): a warning naming it, the
 /// `ansible_operator_undecodable_crs_total` counter, a Warning Event on it.
-fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable, reported: &mut decoded::Reported) {
-    if !reported.first_time(undecodable) {
-        return;
-    }
+fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable) {
     let meta = &undecodable.metadata;
     tracing::warn!(
         gvk = %ctx.watch.gvk,

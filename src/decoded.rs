@@ -187,6 +187,24 @@ pub fn decode_event(
     }
 }
 
+/// A watcher's item decoded as [`decode_event`] does, errors passed through; `report` hears of each
+/// version of an undecodable object once (`reported` remembers which it heard of).
+pub fn decode_item<E>(
+    item: Result<watcher::Event<Decoded>, E>,
+    reported: &mut Reported,
+    mut report: impl FnMut(&Undecodable),
+) -> Option<Result<watcher::Event<DynamicObject>, E>> {
+    match item {
+        Ok(event) => decode_event(event, |undecodable| {
+            if reported.first_time(undecodable) {
+                report(undecodable);
+            }
+        })
+        .map(Ok),
+        Err(error) => Some(Err(error)),
+    }
+}
+
 /// The undecodable objects reported so far: uid → the resourceVersion last reported (one entry per
 /// object, however often it is edited).
 #[derive(Debug, Default)]
@@ -307,24 +325,5 @@ mod tests {
             panic!("not undecodable")
         };
         assert_eq!(deep.metadata.name.as_deref(), Some("deep"));
-    }
-
-    /// Not a proof, a measurement: the extra pass over each object's text costs little next to
-    /// decoding it (`cargo test --release --lib decoded -- --ignored --nocapture`).
-    #[test]
-    #[ignore]
-    fn decoding_each_object_on_its_own_costs_little_more() {
-        let items: Vec<String> = (0..2000).map(|n| nested(&format!("cr{n}"), 8)).collect();
-        let text = list(&items);
-        let time = |f: &dyn Fn()| {
-            let start = std::time::Instant::now();
-            for _ in 0..20 {
-                f();
-            }
-            start.elapsed() / 20
-        };
-        let direct = time(&|| drop(serde_json::from_str::<ObjectList<DynamicObject>>(&text).unwrap()));
-        let each = time(&|| drop(serde_json::from_str::<ObjectList<Decoded>>(&text).unwrap()));
-        eprintln!("2000 CRs: kube's decode {direct:?}, each on its own {each:?}");
     }
 }

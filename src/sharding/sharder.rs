@@ -127,23 +127,17 @@ impl Sharder {
                 let mut reported = decoded::Reported::default();
                 let stream = watcher(api, config)
                     .default_backoff()
-                    .filter_map(move |event| {
-                        let event = match event {
-                            Ok(event) => decoded::decode_event(event, |undecodable| {
-                                if reported.first_time(undecodable) {
-                                    let meta = &undecodable.metadata;
-                                    tracing::warn!(
-                                        namespace = meta.namespace.as_deref().unwrap_or_default(),
-                                        name = meta.name.as_deref().unwrap_or_default(),
-                                        error = %undecodable.error,
-                                        "cannot decode this CR: it is given to no shard, the others are"
-                                    );
-                                }
-                            })
-                            .map(Ok),
-                            Err(error) => Some(Err(error)),
+                    .filter_map(move |item| {
+                        let report = |undecodable: &decoded::Undecodable| {
+                            let meta = &undecodable.metadata;
+                            tracing::warn!(
+                                namespace = meta.namespace.as_deref().unwrap_or_default(),
+                                name = meta.name.as_deref().unwrap_or_default(),
+                                error = %undecodable.error,
+                                "cannot decode this CR: it is given to no shard, the others are"
+                            );
                         };
-                        std::future::ready(event)
+                        std::future::ready(decoded::decode_item(item, &mut reported, report))
                     })
                     .modify(|object| {
                         object.managed_fields_mut().clear();
