@@ -27,11 +27,12 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use credentials::{Credentials, Grant, Touched};
+use credentials::{Credentials, Grant};
 use dependents::Dependents;
 use owner::{Link, Ownership, Prior, Write};
 use request_info::RequestInfo;
 
+use crate::history::Touched;
 use crate::http_server;
 
 /// Largest request or single-object response body the proxy reads into memory.
