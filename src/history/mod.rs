@@ -23,7 +23,7 @@ use crate::kubeapi::{self, with_timeout};
 use availability::{Store, Tell};
 pub use ledger::Ledger;
 pub use live::LiveRuns;
-pub use record::RunRecord;
+pub use record::{RunRecord, Touched};
 pub use trigger::Trigger;
 
 /// Why the history could not be written or read.

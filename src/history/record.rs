@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use super::trigger::Trigger;
 use crate::outcome::{Stats, TaskResult};
-use crate::proxy::credentials::Touched;
 
 /// API group of the run records.
 pub const GROUP: &str = "ansible-operator.dev";
@@ -27,6 +26,21 @@ pub const OWNER_KIND: &str = "ansible-operator.dev/owner-kind";
 pub const OWNER_NAME: &str = "ansible-operator.dev/owner-name";
 /// Label with the run's result.
 pub const RESULT: &str = "ansible-operator.dev/result";
+
+/// An object a run wrote through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Touched {
+    /// `create`, `update`, `patch` or `delete`.
+    pub verb: &'static str,
+    /// The object's kind when the request or the answer names it, else its resource (plural).
+    pub kind: String,
+    /// API group ("" for the core group).
+    pub group: String,
+    /// Namespace; `None` for cluster-scoped objects.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -6,6 +6,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 
 use super::owner::Owner;
+use crate::history::Touched;
 use crate::watches::Gvk;
 
 /// What a run may do through the proxy, and for whom; and the objects it wrote through it.
@@ -25,21 +26,6 @@ pub struct Grant {
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
 pub const MAX_TOUCHED: usize = 200;
-
-/// An object a run wrote through the proxy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Touched {
-    /// `create`, `update`, `patch` or `delete`.
-    pub verb: &'static str,
-    /// The object's kind when the request or the answer names it, else its resource (plural).
-    pub kind: String,
-    /// API group ("" for the core group).
-    pub group: String,
-    /// Namespace; `None` for cluster-scoped objects.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
-}
 
 impl Grant {
     /// Records a write, up to [`MAX_TOUCHED`].

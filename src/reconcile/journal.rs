@@ -10,11 +10,10 @@ use kube::{Resource, ResourceExt};
 use super::{Context, Error, Next, annotations};
 use crate::executor::Executor;
 use crate::history::ledger::CrKey;
-use crate::history::record::{FailedTask, OwnerRef, RunRecord, RunResult};
+use crate::history::record::{FailedTask, OwnerRef, RunRecord, RunResult, Touched};
 use crate::history::trigger::{self, Facts, Scheduled, Trigger};
 use crate::history::{History, Latest};
 use crate::logging::error_chain;
-use crate::proxy::credentials::Touched;
 use crate::runner;
 use crate::status;
 
