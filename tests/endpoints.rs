@@ -9,6 +9,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "endpoints.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -20,16 +21,13 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn metrics_expose_upstream_names_that_move_after_a_reconcile_plus_user_metrics() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-metrics").await;
-    support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
+    let Test { client: _, ns, api } = Test::setup("endpoints-metrics").kind(GROUP, "Metered").build().await;
     let (metrics_port, user_port) = (support::free_port(), support::free_port());
     let _operator =
         OperatorConfig::new(&support::playbook_watch(GROUP, "Metered", "user_metric.yml"), &ns.name)
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
             .arg(format!("--user-metrics-bind-address=127.0.0.1:{user_port}"))
             .start();
-    let api = support::cr_api(&client, GROUP, "Metered", &ns.name);
     support::create_cr(&api, GROUP, "Metered", "m", json!({"metricsPort": user_port})).await;
     support::wait_for_condition(&api, "m", "Successful", "True", WAIT).await;
 

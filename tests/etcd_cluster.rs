@@ -86,8 +86,7 @@ async fn failover(api: &Api<DynamicObject>, name: &str, member: &str, action: &s
 #[tokio::test]
 async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ssh() {
     let all = hosts::hosts();
-    let Test { client, ns, api } =
-        Test::setup("sample-etcdcluster").sample(GROUP, KIND).build().await;
+    let Test { client, ns, api } = Test::setup("sample-etcdcluster").sample(GROUP, KIND).build().await;
     let operator = etcd::sample_operator(&ns.name).start();
     etcd::create_hosts_secret(&client, &ns.name, "etcd-hosts-ssh").await;
     let (client_port, peer_port) = (23790, 23800);

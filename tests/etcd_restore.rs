@@ -12,8 +12,8 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use support::etcd;
 use support::hosts::{self, Host};
-use support::setup::Test;
 use support::operator::scratch_dir;
+use support::setup::Test;
 
 const GROUP: &str = "etcd.example.com";
 const WAIT: Duration = Duration::from_secs(180);

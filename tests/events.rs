@@ -15,6 +15,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use support::operator::{Operator, OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "events.test.example.com";
 const KIND: &str = "Noted";
@@ -43,12 +44,8 @@ fn stop(mut operator: Operator) {
 
 #[tokio::test]
 async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_number_of_runs() {
-    let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
-    let ns = support::TestNamespace::new(&client, "events-repeat").await;
+    let Test { client, ns, api } = Test::setup("events-repeat").kind(GROUP, KIND).run_records().build().await;
     let operator = OperatorConfig::new(&watches("  runHistoryLimit: 1000\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let created = support::create_cr(&api, GROUP, KIND, "cr", json!({"fail": true})).await;
     let uid = created.metadata.uid.clone().unwrap();
 

@@ -17,8 +17,8 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::etcd;
 use support::hosts::{self, Host};
-use support::setup::Test;
 use support::operator::scratch_dir;
+use support::setup::Test;
 
 const GROUP: &str = "platform.example.com";
 const KIND: &str = "KubernetesCluster";
@@ -89,8 +89,7 @@ async fn patch_spec(api: &Api<DynamicObject>, name: &str, spec: Value) -> Result
 async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_and_uninstalled_over_ssh() {
     let all = hosts::hosts();
     let (h5, h6, h7) = (&all[4], &all[5], &all[6]);
-    let Test { client, ns, api } =
-        Test::setup("sample-kubernetescluster").sample(GROUP, KIND).build().await;
+    let Test { client, ns, api } = Test::setup("sample-kubernetescluster").sample(GROUP, KIND).build().await;
     let kube_releases = support::repo().join(".local/kube-releases");
     let operator =
         etcd::sample_operator(&ns.name).env("KUBE_RELEASES_DIR", kube_releases.display().to_string()).start();

@@ -11,6 +11,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "proxy.test.example.com";
 const KIND: &str = "Proxied";
@@ -21,10 +22,7 @@ fn watches() -> String {
 }
 
 async fn setup(prefix: &str) -> (kube::Client, support::TestNamespace, Api<DynamicObject>) {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let Test { client, ns, api } = Test::setup(prefix).kind(GROUP, KIND).build().await;
     (client, ns, api)
 }
 

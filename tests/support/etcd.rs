@@ -20,7 +20,8 @@ pub fn sample_operator(namespace: &str) -> OperatorConfig<'_> {
 /// Creates the `kubernetes.io/ssh-auth` Secret `name` with the key every test host accepts and
 /// their known host keys: what the samples' CRs name as `sshKeySecret`.
 pub async fn create_hosts_secret(client: &Client, namespace: &str, name: &str) {
-    hosts::create_ssh_secret(client, namespace, name, &hosts::client_key(), Some(&hosts::known_hosts())).await;
+    hosts::create_ssh_secret(client, namespace, name, &hosts::client_key(), Some(&hosts::known_hosts()))
+        .await;
 }
 
 /// Where the sample installs the etcd of CR `namespace/name` on `host`.

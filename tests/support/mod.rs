@@ -258,7 +258,8 @@ pub async fn wait_for_condition(
 
 /// Whether the CR's `Successful` condition is True for generation `generation`.
 pub fn successful_at(object: &DynamicObject, generation: i64) -> bool {
-    condition(object, "Successful").is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+    condition(object, "Successful")
+        .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
 }
 
 /// Whether the CR's last run succeeded on its current generation.

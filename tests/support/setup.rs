@@ -30,7 +30,13 @@ pub struct TestSetup {
 impl Test {
     /// A setup whose namespace is named after `prefix` plus a random suffix.
     pub fn setup(prefix: &str) -> TestSetup {
-        TestSetup { prefix: prefix.into(), kind: None, open_kinds: Vec::new(), run_records: false, samples: false }
+        TestSetup {
+            prefix: prefix.into(),
+            kind: None,
+            open_kinds: Vec::new(),
+            run_records: false,
+            samples: false,
+        }
     }
 }
 
