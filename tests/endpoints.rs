@@ -90,9 +90,7 @@ impl Drop for ClusterRbac {
 
 #[tokio::test]
 async fn secure_metrics_answer_only_tokens_allowed_to_get_metrics() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-secure").await;
-    support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
+    let Test { client: _, ns, api: _ } = Test::setup("endpoints-secure").kind(GROUP, "Metered").build().await;
     let port = support::free_port();
     let cert_dir = support::operator::scratch_dir("metrics-cert");
     let cacert = support::api::certificate(&cert_dir);
@@ -130,9 +128,7 @@ async fn secure_metrics_answer_only_tokens_allowed_to_get_metrics() {
 
 #[tokio::test]
 async fn readyz_is_503_until_every_watch_has_listed_its_crs() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-ready").await;
-    support::install_crd(&client, &support::crd(GROUP, "Gated", true)).await;
+    let Test { client, ns, api: _ } = Test::setup("endpoints-ready").kind(GROUP, "Gated").build().await;
     // A service account that may use discovery but not list the kind yet.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns.name);
     accounts
@@ -216,9 +212,7 @@ async fn grant_watch(client: &kube::Client, namespace: &str, account: &str) {
 
 #[tokio::test]
 async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-leader").await;
-    support::install_crd(&client, &support::crd(GROUP, "Led", true)).await;
+    let Test { client: _, ns, api } = Test::setup("endpoints-leader").kind(GROUP, "Led").build().await;
     let start = |label: &str| {
         OperatorConfig::new(&support::playbook_watch(GROUP, "Led", "validate.yml"), &ns.name)
             .arg("--leader-elect")
@@ -232,7 +226,6 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
     let mut first = start("first");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let second = start("second");
-    let api = support::cr_api(&client, GROUP, "Led", &ns.name);
     support::create_cr(&api, GROUP, "Led", "one", json!({"size": 1})).await;
     support::wait_for_condition(&api, "one", "Successful", "True", WAIT).await;
 

@@ -117,9 +117,7 @@ async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_nu
 
 #[tokio::test]
 async fn the_leader_records_a_leader_election_event_on_its_lease() {
-    let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let ns = support::TestNamespace::new(&client, "events-leader").await;
+    let Test { client, ns, api: _ } = Test::setup("events-leader").kind(GROUP, KIND).build().await;
     let operator = OperatorConfig::new(&watches(""), &ns.name)
         .arg("--leader-elect")
         .arg("--leader-election-id=events-leader")

@@ -549,10 +549,8 @@ async fn without_sharding_nothing_is_labelled_and_no_shard_lease_exists() {
 #[tokio::test(flavor = "multi_thread")]
 async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watched() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sharding-children").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
+    let Test { client, ns, api } =
+        Test::setup("sharding-children").kind(GROUP, KIND).run_records().build().await;
     // A real playbook (marker.yml writes ConfigMap <name>-marker through the proxy).
     let (health, metrics) = (support::free_port(), support::free_port());
     let operator = OperatorConfig::new(&watches(), &ns.name)
@@ -580,7 +578,6 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     // given to no shard.
     let dir = scratch_dir(&format!("{}-crs", ns.name));
     support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deep", 200);
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     let cr = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
     assert_eq!(cr.labels().get(SHARD_LABEL).map(String::as_str), Some("replica-a"));

@@ -89,13 +89,11 @@ async fn cr_without_the_selected_label_is_never_run() {
 
 #[tokio::test]
 async fn operator_watching_one_namespace_leaves_crs_in_another_alone() {
-    let client = support::client().await;
-    let watched = support::TestNamespace::new(&client, "filter-watched").await;
+    let Test { client, ns: watched, api: watched_api } =
+        Test::setup("filter-watched").kind(GROUP, KIND).build().await;
     let other = support::TestNamespace::new(&client, "filter-other").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     let _operator = OperatorConfig::new(&watches("marker.yml", ""), &watched.name).start();
     let other_api = support::cr_api(&client, GROUP, KIND, &other.name);
-    let watched_api = support::cr_api(&client, GROUP, KIND, &watched.name);
 
     support::create_cr(&other_api, GROUP, KIND, "elsewhere", json!({})).await;
     support::create_cr(&watched_api, GROUP, KIND, "here", json!({})).await;
