@@ -412,11 +412,16 @@ where
 {
     let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
     let output = kubectl(&args);
-    assert!(
-        output.status.success(),
-        "kubectl {args:?} failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "kubectl {args:?} failed: {}", describe_output(&output));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A command's exit status, stdout and stderr, for failure messages.
+pub fn describe_output(output: &Output) -> String {
+    format!(
+        "{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
