@@ -60,13 +60,7 @@ async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_nu
     // Fixed: the retries end, and every failed run's record and Event are written before the fix's
     // run sets Successful.
     api.patch("cr", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"fail": false}}))).await.unwrap();
-    support::wait_for("the fixed run", WAIT, || async {
-        let cr = api.get("cr").await.map_err(|e| e.to_string())?;
-        let fixed = support::condition(&cr, "Successful")
-            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == 2);
-        Ok(if fixed { Ok(()) } else { Err(cr.data["status"].to_string()) })
-    })
-    .await;
+    support::wait_for_generation(&api, "cr", 2, WAIT).await;
     stop(operator);
 
     assert_eq!(retried.reason.as_deref(), Some("ReconcileFailed"));
@@ -238,9 +232,7 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
     for name in ["one", "two", "three"] {
         support::wait_for("the second run", WAIT, || async {
             let cr = api.get(name).await.map_err(|e| e.to_string())?;
-            let done = support::condition(&cr, "Successful").is_some_and(|c| {
-                c["status"] == "True" && c["observedGeneration"] == cr.metadata.generation.unwrap_or_default()
-            });
+            let done = support::converged(&cr);
             Ok(if done { Ok(()) } else { Err(cr.data["status"].to_string()) })
         })
         .await;

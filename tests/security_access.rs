@@ -33,13 +33,7 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     // A spec change of the normal one still converges: the watch did not stop at the deep ones.
     let patch = json!({"spec": {"changed": true}});
     crs.patch("normal", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
-    support::wait_for("the normal CR's second generation to succeed", WAIT, || async {
-        let object = crs.get("normal").await.map_err(|e| e.to_string())?;
-        let successful = support::condition(&object, "Successful").cloned().unwrap_or_default();
-        let done = successful["status"] == "True" && successful["observedGeneration"] == 2;
-        Ok(if done { Ok(()) } else { Err(format!("{successful}")) })
-    })
-    .await;
+    support::wait_for_generation(&crs, "normal", 2, WAIT).await;
 
     // Each deep one is named: in the log, by a Warning Event on it, and counted.
     for name in ["deep", "deeper"] {

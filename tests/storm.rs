@@ -69,14 +69,7 @@ async fn two_hundred_failing_crs_retry_within_the_rate_limit_and_all_converge_on
     }
     support::wait_for("every CR to converge", WAIT, || async {
         let list = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        let converged = list
-            .items
-            .iter()
-            .filter(|cr| {
-                support::condition(cr, "Successful")
-                    .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == 2)
-            })
-            .count();
+        let converged = list.items.iter().filter(|cr| support::successful_at(cr, 2)).count();
         Ok(if converged == CRS { Ok(()) } else { Err(format!("{converged} of {CRS} converged")) })
     })
     .await;
