@@ -10,16 +10,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::api::{ApiServer, certificate, grant_log_reading, service_account};
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "api.test.example.com";
 const KIND: &str = "Served";
 const PLURAL: &str = "serveds";
 const WAIT: Duration = Duration::from_secs(180);
-
-async fn install(client: &kube::Client) {
-    support::install_crd(client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(client).await;
-}
 
 /// An operator on the api.yml playbook with its API on a free port.
 fn operator(namespaces: &str, cert_dir: Option<&std::path::Path>) -> (Operator, ApiServer) {
@@ -69,9 +65,8 @@ async fn wait_recorded_success(api: &ApiServer, path: &str, token: &str) -> Valu
 
 #[tokio::test]
 async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
-    let client = support::client().await;
-    install(&client).await;
-    let mine = support::TestNamespace::new(&client, "api-mine").await;
+    let Test { client, ns: mine, api: crs } =
+        Test::setup("api-mine").kind(GROUP, KIND).run_records().build().await;
     let other = support::TestNamespace::new(&client, "api-other").await;
     let resource = format!("{PLURAL}.{GROUP}");
     let reader = service_account(&mine.name, "reader", "get,list", &resource);
@@ -80,7 +75,6 @@ async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
     let cert_dir = support::operator::scratch_dir("api-cert");
     let (_operator, api) = operator(&format!("{},{}", mine.name, other.name), Some(&cert_dir));
 
-    let crs = support::cr_api(&client, GROUP, KIND, &mine.name);
     support::create_cr(&crs, GROUP, KIND, "mine", json!({"pause": 0})).await;
     let theirs = support::cr_api(&client, GROUP, KIND, &other.name);
     support::create_cr(&theirs, GROUP, KIND, "theirs", json!({"pause": 0})).await;
@@ -151,13 +145,11 @@ async fn the_api_answers_as_far_as_the_tokens_rbac_goes() {
 
 #[tokio::test]
 async fn a_running_playbooks_log_arrives_live_before_the_run_ends() {
-    let client = support::client().await;
-    install(&client).await;
-    let ns = support::TestNamespace::new(&client, "api-live").await;
+    let Test { client: _, ns, api: crs } =
+        Test::setup("api-live").kind(GROUP, KIND).run_records().build().await;
     let token = service_account(&ns.name, "watcher", "get,list", &format!("{PLURAL}.{GROUP}"));
     grant_log_reading(&ns.name, "watcher", &format!("{PLURAL}.{GROUP}"));
     let (_operator, api) = operator(&ns.name, None);
-    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "slow", json!({"pause": 8})).await;
     let path = cr_path(&ns.name, "slow");
 
@@ -204,13 +196,11 @@ async fn a_running_playbooks_log_arrives_live_before_the_run_ends() {
 
 #[tokio::test]
 async fn a_runs_log_needs_get_on_the_log_subresource_while_its_tasks_need_get_on_the_cr() {
-    let client = support::client().await;
-    install(&client).await;
-    let ns = support::TestNamespace::new(&client, "api-log").await;
+    let Test { client: _, ns, api: crs } =
+        Test::setup("api-log").kind(GROUP, KIND).run_records().build().await;
     let resource = format!("{PLURAL}.{GROUP}");
     let reader = service_account(&ns.name, "reader", "get,list", &resource);
     let (_operator, api) = operator(&ns.name, None);
-    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "logged", json!({"pause": 0})).await;
     let path = cr_path(&ns.name, "logged");
     let detail = wait_recorded_success(&api, &path, &reader).await;

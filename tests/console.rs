@@ -14,6 +14,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use support::api::{ApiServer, grant_log_reading, service_account};
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "console.test.example.com";
 const KIND: &str = "Shown";
@@ -105,10 +106,8 @@ async fn wait_texts(
 
 #[tokio::test]
 async fn sign_in_open_a_cr_read_its_runs_and_reconcile_it_now() {
-    let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
-    let ns = support::TestNamespace::new(&client, "console").await;
+    let Test { client: _, ns, api: crs } =
+        Test::setup("console").kind(GROUP, KIND).run_records().build().await;
     let token = service_account(&ns.name, "console", "get,list,patch", &format!("{PLURAL}.{GROUP}"));
     let port = support::free_port();
     let watches = support::playbook_watch(GROUP, KIND, "api.yml");
@@ -116,7 +115,6 @@ async fn sign_in_open_a_cr_read_its_runs_and_reconcile_it_now() {
         OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
     let api = ApiServer::localhost(port, None);
     api.wait_until_up(WAIT);
-    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "web", json!({"pause": 6})).await;
 
     let driver = Driver::start();

@@ -6,18 +6,16 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn created_cr_reaches_successful_with_counts_from_the_playbook() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "core-success").await;
-    support::install_crd(&client, &support::crd(GROUP, "Counter", true)).await;
+    let Test { client, ns, api } = Test::setup("core-success").kind(GROUP, "Counter").build().await;
     let _operator =
         OperatorConfig::new(&support::playbook_watch(GROUP, "Counter", "counts.yml"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, "Counter", &ns.name);
 
     support::create_cr(&api, GROUP, "Counter", "one", json!({"size": 3})).await;
     let done = support::wait_for_condition(&api, "one", "Successful", "True", WAIT).await;
@@ -43,12 +41,9 @@ async fn created_cr_reaches_successful_with_counts_from_the_playbook() {
 
 #[tokio::test]
 async fn failed_task_sets_failure_with_its_message_until_the_spec_is_fixed() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "core-failure").await;
-    support::install_crd(&client, &support::crd(GROUP, "Validated", true)).await;
+    let Test { client: _, ns, api } = Test::setup("core-failure").kind(GROUP, "Validated").build().await;
     let _operator =
         OperatorConfig::new(&support::playbook_watch(GROUP, "Validated", "validate.yml"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, "Validated", &ns.name);
 
     support::create_cr(&api, GROUP, "Validated", "bad", json!({"size": -1})).await;
     let failed = support::wait_for_condition(&api, "bad", "Failure", "True", WAIT).await;
@@ -69,12 +64,9 @@ async fn failed_task_sets_failure_with_its_message_until_the_spec_is_fixed() {
 
 #[tokio::test]
 async fn run_without_play_recap_fails_with_the_runners_own_error() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "core-nostats").await;
-    support::install_crd(&client, &support::crd(GROUP, "Broken", true)).await;
+    let Test { client: _, ns, api } = Test::setup("core-nostats").kind(GROUP, "Broken").build().await;
     let _operator =
         OperatorConfig::new(&support::playbook_watch(GROUP, "Broken", "broken.yml"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, "Broken", &ns.name);
 
     support::create_cr(&api, GROUP, "Broken", "b", json!({})).await;
     let failed = support::wait_for_condition(&api, "b", "Failure", "True", WAIT).await;

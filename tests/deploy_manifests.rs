@@ -8,12 +8,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use support::operator::{OperatorConfig, scratch_dir};
+use support::setup::Test;
+use support::{describe_output, kubectl, kubectl_ok};
 
 /// The operator's namespace and ServiceAccount, as in deploy/.
 const OPERATOR_NAMESPACE: &str = "ansible-operator-system";
@@ -31,40 +33,6 @@ fn deploy() -> PathBuf {
     support::repo().join("deploy")
 }
 
-/// kubectl against the test cluster.
-fn kubectl<I, S>(args: I) -> Output
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<std::ffi::OsStr>,
-{
-    Command::new(support::repo().join(".local/bin/kubectl"))
-        .arg("--kubeconfig")
-        .arg(support::kubeconfig())
-        .args(args)
-        .output()
-        .expect("run kubectl")
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
-/// Runs kubectl, fails the test unless it succeeds, and returns its stdout.
-fn kubectl_ok<I, S>(what: &str, args: I) -> String
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<std::ffi::OsStr>,
-{
-    let output = kubectl(args);
-    assert!(output.status.success(), "{what} failed: {}", describe(&output));
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 /// Manifest files applied for real, deleted again (in reverse order, waiting) when dropped.
 /// A file whose object existed before is left alone, so a real installation survives the tests.
 #[derive(Default)]
@@ -76,19 +44,16 @@ impl RealObjects {
     /// Applies each single-object manifest file whose object does not exist yet.
     fn apply(mut self, files: &[PathBuf]) -> Self {
         for file in files {
-            let existing = kubectl_ok(
-                "kubectl get",
-                [
-                    "get".as_ref(),
-                    "--ignore-not-found".as_ref(),
-                    "-o".as_ref(),
-                    "name".as_ref(),
-                    "-f".as_ref(),
-                    file.as_os_str(),
-                ],
-            );
+            let existing = kubectl_ok([
+                "get".as_ref(),
+                "--ignore-not-found".as_ref(),
+                "-o".as_ref(),
+                "name".as_ref(),
+                "-f".as_ref(),
+                file.as_os_str(),
+            ]);
             if existing.trim().is_empty() {
-                kubectl_ok("kubectl apply", ["apply".as_ref(), "-f".as_ref(), file.as_os_str()]);
+                kubectl_ok(["apply".as_ref(), "-f".as_ref(), file.as_os_str()]);
                 self.created.push(file.clone());
             }
         }
@@ -134,11 +99,11 @@ fn dry_run_kustomization(dir: &Path, objects: &[&str]) -> Output {
         output.status.success(),
         "kubectl apply --dry-run=server -k {}: {}",
         dir.display(),
-        describe(&output)
+        describe_output(&output)
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     for object in objects {
-        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe(&output));
+        assert!(stdout.contains(object), "{object} missing from the dry run: {}", describe_output(&output));
     }
     output
 }
@@ -197,7 +162,11 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
     assert!(!stdout.contains("memcached-sample"), "the samples are not part of the kustomization");
     // The namespace carries pod-security.kubernetes.io/warn=restricted: a violation would be a warning.
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("PodSecurity"), "the dry run warned about pod security: {}", describe(&output));
+    assert!(
+        !stderr.contains("PodSecurity"),
+        "the dry run warned about pod security: {}",
+        describe_output(&output)
+    );
 }
 
 #[tokio::test]
@@ -214,10 +183,13 @@ async fn sharded_overlay_runs_three_sharding_replicas_under_a_disruption_budget(
         ],
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!stderr.contains("PodSecurity"), "the dry run warned about pod security: {}", describe(&output));
+    assert!(
+        !stderr.contains("PodSecurity"),
+        "the dry run warned about pod security: {}",
+        describe_output(&output)
+    );
 
-    let rendered =
-        kubectl_ok("kubectl kustomize deploy/sharded/", ["kustomize".as_ref(), overlay.as_os_str()]);
+    let rendered = kubectl_ok(["kustomize".as_ref(), overlay.as_os_str()]);
     let deployment = rendered
         .split("\n---\n")
         .find(|doc| doc.contains("kind: Deployment"))
@@ -252,7 +224,7 @@ async fn every_manifest_file_under_deploy_passes_server_side_dry_run_on_its_own(
     for file in &files {
         let output =
             kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-f".as_ref(), file.as_os_str()]);
-        assert!(output.status.success(), "dry run of {}: {}", file.display(), describe(&output));
+        assert!(output.status.success(), "dry run of {}: {}", file.display(), describe_output(&output));
     }
 }
 
@@ -262,10 +234,8 @@ async fn samples_pass_server_side_dry_run_once_the_sample_crds_are_installed() {
     support::install_sample_crds(&client).await;
 
     let samples = deploy().join("samples");
-    let stdout = kubectl_ok(
-        "kubectl apply --dry-run=server -f deploy/samples/",
-        ["apply".as_ref(), "--dry-run=server".as_ref(), "-f".as_ref(), samples.as_os_str()],
-    );
+    let stdout =
+        kubectl_ok(["apply".as_ref(), "--dry-run=server".as_ref(), "-f".as_ref(), samples.as_os_str()]);
     assert!(stdout.contains("memcached.cache.example.com/memcached-sample"), "{stdout}");
     assert!(stdout.contains("etcdbackup.etcd.example.com/etcdbackup-sample"), "{stdout}");
     assert!(stdout.contains("etcdrestore.etcd.example.com/etcdrestore-sample"), "{stdout}");
@@ -292,7 +262,7 @@ fn service_account_can(verb: &str, resource: &str, namespace: Option<&str>) -> b
     match output.status.code() {
         Some(0) => true,
         Some(1) if String::from_utf8_lossy(&output.stdout).trim() == "no" => false,
-        _ => panic!("kubectl {}: {}", args.join(" "), describe(&output)),
+        _ => panic!("kubectl {}: {}", args.join(" "), describe_output(&output)),
     }
 }
 
@@ -450,7 +420,7 @@ async fn the_service_account_is_refused_service_account_token_secrets_and_may_st
     // Ordinary Secrets stay allowed where the ClusterRole allows them (a KubernetesCluster's PKI).
     let opaque = secret_file(&dir, "pki", &ns.name, "Opaque", json!({}));
     create(&opaque).expect("an Opaque Secret is still allowed");
-    kubectl_ok("create the Secret", ["create", "-f", opaque.to_str().unwrap()]);
+    kubectl_ok(["create", "-f", opaque.to_str().unwrap()]);
     let target = "secret/pki";
     as_service_account(&["-n", &ns.name, "annotate", target, "team=a"])
         .expect("other annotations are allowed");
@@ -464,10 +434,7 @@ async fn the_service_account_is_refused_service_account_token_secrets_and_may_st
     .expect_err("adding the ServiceAccount annotation");
     assert!(error.contains("ansible-operator-no-service-account-tokens"), "{error}");
     // Nobody else is affected: the admin may still make one.
-    kubectl_ok(
-        "an admin's token Secret",
-        ["create", "--dry-run=server", "-f", token_for("admins", &ns.name).to_str().unwrap()],
-    );
+    kubectl_ok(["create", "--dry-run=server", "-f", token_for("admins", &ns.name).to_str().unwrap()]);
 }
 
 #[tokio::test]
@@ -497,10 +464,10 @@ async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_oper
         "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
         "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
     ] {
-        assert!(!stdout.contains(object), "{object} is still there: {}", describe(&output));
+        assert!(!stdout.contains(object), "{object} is still there: {}", describe_output(&output));
     }
 
-    let rendered = kubectl_ok("kubectl kustomize", ["kustomize".as_ref(), overlay.as_os_str()]);
+    let rendered = kubectl_ok(["kustomize".as_ref(), overlay.as_os_str()]);
     let docs: Vec<&str> = rendered.split("\n---\n").collect();
     let manager_role = docs
         .iter()
@@ -539,18 +506,15 @@ impl Drop for AfterOperator {
 async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissions() {
     let _turn = CLUSTER_OBJECTS.lock().await;
     let _rbac = operator_rbac();
-    let client = support::client().await;
+    let Test { client, ns, api: memcacheds } =
+        Test::setup("deploy-rbac").sample("cache.example.com", "Memcached").build().await;
     support::node::require_ready_node(&client).await;
-    let ns = support::TestNamespace::new(&client, "deploy-rbac").await;
-    support::install_sample_crds(&client).await;
 
     let dir = scratch_dir(&format!("{}-identity", ns.name));
     let kubeconfig = support::impersonating_kubeconfig(&dir, SERVICE_ACCOUNT, &SERVICE_ACCOUNT_GROUPS);
     let _after_operator = AfterOperator { namespace: ns.name.clone(), kubeconfig: kubeconfig.clone() };
-    let who = kubectl_ok(
-        "kubectl auth whoami",
-        ["--kubeconfig".as_ref(), kubeconfig.as_os_str(), "auth".as_ref(), "whoami".as_ref()],
-    );
+    let who =
+        kubectl_ok(["--kubeconfig".as_ref(), kubeconfig.as_os_str(), "auth".as_ref(), "whoami".as_ref()]);
     assert!(who.contains(SERVICE_ACCOUNT), "the kubeconfig acts as the ServiceAccount: {who}");
 
     let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
@@ -558,7 +522,6 @@ async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissio
         .env("KUBECONFIG", kubeconfig.display().to_string())
         .env("ETCD_BACKUP_DIR", backup_dir.display().to_string())
         .start();
-    let memcacheds = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
     let backups = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
     let endpoint =
         format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
@@ -632,7 +595,7 @@ async fn history_component_gives_a_scaffolded_project_the_crd_rbac_api_service_a
     let ns = support::TestNamespace::new(&client, "history-component").await;
     let default = scaffolded_config(&scratch_dir(&ns.name), &ns.name);
 
-    let rendered = kubectl_ok("kubectl kustomize", ["kustomize".as_ref(), default.as_os_str()]);
+    let rendered = kubectl_ok(["kustomize".as_ref(), default.as_os_str()]);
     let docs: Vec<serde_json::Value> =
         rendered.split("\n---\n").map(|doc| serde_saphyr::from_str(doc).expect("rendered YAML")).collect();
     let find = |kind: &str| {
@@ -661,7 +624,11 @@ async fn history_component_gives_a_scaffolded_project_the_crd_rbac_api_service_a
     );
 
     let output = kubectl(["apply".as_ref(), "--dry-run=server".as_ref(), "-k".as_ref(), default.as_os_str()]);
-    assert!(output.status.success(), "dry run of the scaffold with the component: {}", describe(&output));
+    assert!(
+        output.status.success(),
+        "dry run of the scaffold with the component: {}",
+        describe_output(&output)
+    );
 }
 
 /// `COPY` sources (build context paths) of the Dockerfile, without `--from` copies.

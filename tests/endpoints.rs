@@ -9,6 +9,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "endpoints.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -20,16 +21,13 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn metrics_expose_upstream_names_that_move_after_a_reconcile_plus_user_metrics() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-metrics").await;
-    support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
+    let Test { client: _, ns, api } = Test::setup("endpoints-metrics").kind(GROUP, "Metered").build().await;
     let (metrics_port, user_port) = (support::free_port(), support::free_port());
     let _operator =
         OperatorConfig::new(&support::playbook_watch(GROUP, "Metered", "user_metric.yml"), &ns.name)
             .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
             .arg(format!("--user-metrics-bind-address=127.0.0.1:{user_port}"))
             .start();
-    let api = support::cr_api(&client, GROUP, "Metered", &ns.name);
     support::create_cr(&api, GROUP, "Metered", "m", json!({"metricsPort": user_port})).await;
     support::wait_for_condition(&api, "m", "Successful", "True", WAIT).await;
 
@@ -92,9 +90,7 @@ impl Drop for ClusterRbac {
 
 #[tokio::test]
 async fn secure_metrics_answer_only_tokens_allowed_to_get_metrics() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-secure").await;
-    support::install_crd(&client, &support::crd(GROUP, "Metered", true)).await;
+    let Test { client: _, ns, api: _ } = Test::setup("endpoints-secure").kind(GROUP, "Metered").build().await;
     let port = support::free_port();
     let cert_dir = support::operator::scratch_dir("metrics-cert");
     let cacert = support::api::certificate(&cert_dir);
@@ -132,9 +128,7 @@ async fn secure_metrics_answer_only_tokens_allowed_to_get_metrics() {
 
 #[tokio::test]
 async fn readyz_is_503_until_every_watch_has_listed_its_crs() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-ready").await;
-    support::install_crd(&client, &support::crd(GROUP, "Gated", true)).await;
+    let Test { client, ns, api: _ } = Test::setup("endpoints-ready").kind(GROUP, "Gated").build().await;
     // A service account that may use discovery but not list the kind yet.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns.name);
     accounts
@@ -218,9 +212,7 @@ async fn grant_watch(client: &kube::Client, namespace: &str, account: &str) {
 
 #[tokio::test]
 async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "endpoints-leader").await;
-    support::install_crd(&client, &support::crd(GROUP, "Led", true)).await;
+    let Test { client: _, ns, api } = Test::setup("endpoints-leader").kind(GROUP, "Led").build().await;
     let start = |label: &str| {
         OperatorConfig::new(&support::playbook_watch(GROUP, "Led", "validate.yml"), &ns.name)
             .arg("--leader-elect")
@@ -234,7 +226,6 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
     let mut first = start("first");
     tokio::time::sleep(Duration::from_secs(1)).await;
     let second = start("second");
-    let api = support::cr_api(&client, GROUP, "Led", &ns.name);
     support::create_cr(&api, GROUP, "Led", "one", json!({"size": 1})).await;
     support::wait_for_condition(&api, "one", "Successful", "True", WAIT).await;
 

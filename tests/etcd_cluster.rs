@@ -4,32 +4,18 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+use support::etcd;
 use support::hosts::{self, Host};
-use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "etcd.example.com";
 const KIND: &str = "EtcdCluster";
 const WAIT: Duration = Duration::from_secs(240);
-
-fn install_dir(host: &Host, namespace: &str, name: &str) -> PathBuf {
-    host.file(&format!("etcd-{namespace}-{name}"))
-}
-
-/// The PID of the host's etcd member, when it runs.
-fn member_pid(host: &Host, namespace: &str, name: &str) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(install_dir(host, namespace, name).join("etcd.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    PathBuf::from(format!("/proc/{pid}")).exists().then_some(pid)
-}
 
 /// Waits (membership changes reach every member within moments) until etcd, asked on `host`'s
 /// client URL, lists exactly `expected`.
@@ -57,11 +43,7 @@ fn member_names(host: &Host, client_port: u16) -> Vec<String> {
 
 /// Runs the test's own etcdctl against `host`'s client URL and returns its output.
 fn etcdctl(host: &Host, client_port: u16, args: &[&str]) -> String {
-    let output = Command::new(support::repo().join(".local/bin/etcdctl"))
-        .arg(format!("--endpoints=http://{}:{client_port}", host.address))
-        .args(args)
-        .output()
-        .expect("run etcdctl");
+    let output = etcd::etcdctl(host, client_port).args(args).output().expect("run etcdctl");
     assert!(output.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -87,17 +69,6 @@ fn restart_steps(job_events: &std::path::Path) -> Vec<(String, String)> {
     events.into_iter().map(|(_, step, host)| (step, host)).collect()
 }
 
-/// Waits until generation `generation` succeeded, and returns the CR.
-async fn converged(api: &Api<DynamicObject>, name: &str, generation: i64) -> DynamicObject {
-    support::wait_for(&format!("{name} generation {generation} to succeed"), WAIT, || async {
-        let object = api.get(name).await.map_err(|e| e.to_string())?;
-        let ok = support::condition(&object, "Successful")
-            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation);
-        Ok(if ok { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
-    })
-    .await
-}
-
 /// Waits until status.members says `member` is healthy after failover `action` (`restarted`,
 /// `replaced`), and every member is healthy; returns the member.
 async fn failover(api: &Api<DynamicObject>, name: &str, member: &str, action: &str) -> Value {
@@ -112,75 +83,58 @@ async fn failover(api: &Api<DynamicObject>, name: &str, member: &str, action: &s
     .await
 }
 
-fn spec_hosts(hosts: &[&Host]) -> Value {
-    Value::Array(hosts.iter().map(|h| h.spec()).collect())
-}
-
 #[tokio::test]
 async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ssh() {
     let all = hosts::hosts();
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sample-etcdcluster").await;
-    support::install_sample_crds(&client).await;
-    let releases = support::repo().join(".local/etcd-releases");
-    let operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
-        .env("ETCD_RELEASES_DIR", releases.display().to_string())
-        .start();
-    hosts::create_ssh_secret(
-        &client,
-        &ns.name,
-        "etcd-hosts-ssh",
-        &hosts::client_key(),
-        Some(&hosts::known_hosts()),
-    )
-    .await;
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let Test { client, ns, api } = Test::setup("sample-etcdcluster").sample(GROUP, KIND).build().await;
+    let operator = etcd::sample_operator(&ns.name).start();
+    etcd::create_hosts_secret(&client, &ns.name, "etcd-hosts-ssh").await;
     let (client_port, peer_port) = (23790, 23800);
     let name = "prod";
     let spec = json!({
         "version": "3.6.4", "clientPort": client_port, "peerPort": peer_port, "sshKeySecret": "etcd-hosts-ssh",
-        "hosts": spec_hosts(&[&all[0], &all[1], &all[2]]),
+        "hosts": Host::specs(&[&all[0], &all[1], &all[2]]),
     });
     support::create_cr(&api, GROUP, KIND, name, spec).await;
 
     // Three hosts: binary installed and running on each, one cluster, health and per-host results in status.
-    let done = converged(&api, name, 1).await;
+    let done = support::wait_for_generation(&api, name, 1, WAIT).await;
     for host in &all[..3] {
         assert!(
-            install_dir(host, &ns.name, name).join("bin/etcd").exists(),
+            etcd::install_dir(host, &ns.name, name).join("bin/etcd").exists(),
             "etcd installed on {}",
             host.name
         );
-        assert!(member_pid(host, &ns.name, name).is_some(), "etcd runs on {}", host.name);
+        assert!(etcd::member_pid(host, &ns.name, name).is_some(), "etcd runs on {}", host.name);
         assert!(done.data["status"]["hosts"][&host.name]["changed"].as_i64().unwrap() > 0);
     }
-    assert!(!install_dir(&all[3], &ns.name, name).exists());
+    assert!(!etcd::install_dir(&all[3], &ns.name, name).exists());
     assert_members(&all[0], client_port, &["host1", "host2", "host3"]).await;
     let members = done.data["status"]["members"].as_array().unwrap();
     assert_eq!(members.len(), 3, "{members:?}");
     assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.4"), "{members:?}");
     assert_eq!(done.data["status"]["readyMembers"], 3);
-    let pids: Vec<Option<u32>> = all[..3].iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let pids: Vec<Option<u32>> = all[..3].iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
 
     // A fourth host joins; only it changes.
-    let patch = json!({"spec": {"hosts": spec_hosts(&[&all[0], &all[1], &all[2], &all[3]])}});
+    let patch = json!({"spec": {"hosts": Host::specs(&[&all[0], &all[1], &all[2], &all[3]])}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let grown = converged(&api, name, 2).await;
+    let grown = support::wait_for_generation(&api, name, 2, WAIT).await;
     let status_hosts = &grown.data["status"]["hosts"];
     for host in &all[..3] {
         assert_eq!(status_hosts[&host.name]["changed"], 0, "{} unchanged: {status_hosts}", host.name);
     }
     assert!(status_hosts["host4"]["changed"].as_i64().unwrap() > 0, "{status_hosts}");
-    let still: Vec<Option<u32>> = all[..3].iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let still: Vec<Option<u32>> = all[..3].iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
     assert_eq!(still, pids, "existing members were not restarted");
-    assert!(member_pid(&all[3], &ns.name, name).is_some());
+    assert!(etcd::member_pid(&all[3], &ns.name, name).is_some());
     assert_members(&all[0], client_port, &["host1", "host2", "host3", "host4"]).await;
 
     // host2 is removed from the spec: it leaves the cluster and is cleaned up.
-    let patch = json!({"spec": {"hosts": spec_hosts(&[&all[0], &all[2], &all[3]])}});
+    let patch = json!({"spec": {"hosts": Host::specs(&[&all[0], &all[2], &all[3]])}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let shrunk = converged(&api, name, 3).await;
-    assert!(!install_dir(&all[1], &ns.name, name).exists(), "host2 cleaned up");
+    let shrunk = support::wait_for_generation(&api, name, 3, WAIT).await;
+    assert!(!etcd::install_dir(&all[1], &ns.name, name).exists(), "host2 cleaned up");
     assert_members(&all[0], client_port, &["host1", "host3", "host4"]).await;
     let names: Vec<&str> = shrunk.data["status"]["members"]
         .as_array()
@@ -193,13 +147,13 @@ async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ss
     // A new version rolls out one host at a time; the cluster and its data stay.
     let remaining = [&all[0], &all[2], &all[3]];
     etcdctl(&all[0], client_port, &["put", "upgrade-probe", "kept"]);
-    let before: Vec<Option<u32>> = remaining.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let before: Vec<Option<u32>> = remaining.iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
     let patch = json!({"spec": {"version": "3.6.5"}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let upgraded = converged(&api, name, 4).await;
+    let upgraded = support::wait_for_generation(&api, name, 4, WAIT).await;
     let members = upgraded.data["status"]["members"].as_array().unwrap();
     assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.5"), "{members:?}");
-    let after: Vec<Option<u32>> = remaining.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let after: Vec<Option<u32>> = remaining.iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
     for (old, new) in before.iter().zip(&after) {
         assert!(
             new.is_some() && new != old,
@@ -221,16 +175,16 @@ async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ss
     let period =
         json!({"metadata": {"annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "5s"}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&period)).await.unwrap();
-    let crashed = member_pid(&all[2], &ns.name, name).unwrap();
+    let crashed = etcd::member_pid(&all[2], &ns.name, name).unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(crashed as i32), nix::sys::signal::Signal::SIGKILL)
         .unwrap();
     let restarted = failover(&api, name, "host3", "restarted").await;
-    assert!(member_pid(&all[2], &ns.name, name).is_some_and(|pid| pid != crashed), "{restarted:?}");
+    assert!(etcd::member_pid(&all[2], &ns.name, name).is_some_and(|pid| pid != crashed), "{restarted:?}");
 
-    let lost = member_pid(&all[3], &ns.name, name).unwrap();
+    let lost = etcd::member_pid(&all[3], &ns.name, name).unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(lost as i32), nix::sys::signal::Signal::SIGKILL)
         .unwrap();
-    std::fs::remove_dir_all(install_dir(&all[3], &ns.name, name).join("data")).unwrap();
+    std::fs::remove_dir_all(etcd::install_dir(&all[3], &ns.name, name).join("data")).unwrap();
     failover(&api, name, "host4", "replaced").await;
     assert_members(&all[0], client_port, &["host1", "host3", "host4"]).await;
     let replica = etcdctl(&all[3], client_port, &["get", "upgrade-probe", "--print-value-only"]);
@@ -238,11 +192,11 @@ async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ss
 
     // Deleting the CR uninstalls everywhere (finalizer).
     let pids: Vec<u32> =
-        [&all[0], &all[2], &all[3]].iter().filter_map(|h| member_pid(h, &ns.name, name)).collect();
+        [&all[0], &all[2], &all[3]].iter().filter_map(|h| etcd::member_pid(h, &ns.name, name)).collect();
     api.delete(name, &DeleteParams::default()).await.unwrap();
     support::wait_for_absent(&api, name, WAIT).await;
     for host in all {
-        assert!(!install_dir(host, &ns.name, name).exists(), "nothing left on {}", host.name);
+        assert!(!etcd::install_dir(host, &ns.name, name).exists(), "nothing left on {}", host.name);
     }
     for pid in pids {
         assert!(!PathBuf::from(format!("/proc/{pid}")).exists(), "etcd {pid} stopped");

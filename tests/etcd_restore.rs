@@ -5,15 +5,15 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
+use support::etcd;
 use support::hosts::{self, Host};
-use support::operator::{OperatorConfig, scratch_dir};
+use support::operator::scratch_dir;
+use support::setup::Test;
 
 const GROUP: &str = "etcd.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -21,20 +21,9 @@ const WAIT: Duration = Duration::from_secs(180);
 const CLIENT_PORT: u16 = 23890;
 const PEER_PORT: u16 = 23900;
 
-/// The PID of the host's etcd member, when it runs.
-fn member_pid(host: &Host, namespace: &str, name: &str) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(host.file(&format!("etcd-{namespace}-{name}/etcd.pid")))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    PathBuf::from(format!("/proc/{pid}")).exists().then_some(pid)
-}
-
 /// Runs the test's own etcdctl against `host`'s client URL: (success, stdout and stderr).
 fn etcdctl(host: &Host, args: &[&str]) -> (bool, String) {
-    let output = Command::new(support::repo().join(".local/bin/etcdctl"))
-        .arg(format!("--endpoints=http://{}:{CLIENT_PORT}", host.address))
+    let output = etcd::etcdctl(host, CLIENT_PORT)
         .args(["--dial-timeout=5s", "--command-timeout=10s"])
         .args(args)
         .output()
@@ -48,17 +37,6 @@ fn etcdctl_ok(host: &Host, args: &[&str]) -> String {
     let (ok, text) = etcdctl(host, args);
     assert!(ok, "etcdctl {args:?}: {text}");
     text
-}
-
-/// Waits until generation `generation` of the CR succeeded, and returns the CR.
-async fn converged(api: &Api<DynamicObject>, name: &str, generation: i64) -> DynamicObject {
-    support::wait_for(&format!("{name} generation {generation} to succeed"), WAIT, || async {
-        let object = api.get(name).await.map_err(|e| e.to_string())?;
-        let ok = support::condition(&object, "Successful")
-            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation);
-        Ok(if ok { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
-    })
-    .await
 }
 
 /// This backup's snapshot files in `dir`.
@@ -77,24 +55,12 @@ fn snapshot_files(dir: &Path, namespace: &str, name: &str) -> Vec<String> {
 async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_failover() {
     let all = hosts::hosts();
     let members = &all[..3];
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sample-etcdrestore").await;
-    support::install_sample_crds(&client).await;
-    let releases = support::repo().join(".local/etcd-releases");
+    let Test { client, ns, api: clusters } =
+        Test::setup("sample-etcdrestore").sample(GROUP, "EtcdCluster").build().await;
     let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
-    let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
-        .env("ETCD_RELEASES_DIR", releases.display().to_string())
-        .env("ETCD_BACKUP_DIR", backup_dir.display().to_string())
-        .start();
-    hosts::create_ssh_secret(
-        &client,
-        &ns.name,
-        "etcd-hosts-ssh",
-        &hosts::client_key(),
-        Some(&hosts::known_hosts()),
-    )
-    .await;
-    let clusters = support::cr_api(&client, GROUP, "EtcdCluster", &ns.name);
+    let _operator =
+        etcd::sample_operator(&ns.name).env("ETCD_BACKUP_DIR", backup_dir.display().to_string()).start();
+    etcd::create_hosts_secret(&client, &ns.name, "etcd-hosts-ssh").await;
     let backups = support::cr_api(&client, GROUP, "EtcdBackup", &ns.name);
     let restores = support::cr_api(&client, GROUP, "EtcdRestore", &ns.name);
 
@@ -112,7 +78,7 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     // the cluster still installs.
     let spec = json!({"cluster": name, "backup": "missing", "sshKeySecret": "etcd-hosts-ssh"});
     support::create_cr(&restores, GROUP, "EtcdRestore", "orphan", spec).await;
-    converged(&clusters, name, 1).await;
+    support::wait_for_generation(&clusters, name, 1, WAIT).await;
     let orphan = support::wait_for_condition(&restores, "orphan", "Failure", "True", WAIT).await;
     let failure = support::condition(&orphan, "Failure").unwrap();
     assert!(failure["message"].as_str().unwrap_or("").contains("EtcdBackup missing not found"), "{failure}");
@@ -137,7 +103,7 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     // A backup of the cluster: a snapshot with its revision and sha256.
     let spec = json!({"cluster": name, "keep": 2});
     support::create_cr(&backups, GROUP, "EtcdBackup", "snap", spec).await;
-    let backup = converged(&backups, "snap", 1).await;
+    let backup = support::wait_for_generation(&backups, "snap", 1, WAIT).await;
     let snapshot = backup.data["status"]["snapshot"].clone();
     let revision = snapshot["revision"].as_i64().expect("status.snapshot.revision");
     assert!(revision > 1, "{snapshot}");
@@ -152,14 +118,14 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
 
     // Written after the snapshot: gone after the restore.
     etcdctl_ok(&members[1], &["put", "key-b", "B"]);
-    let pids_before: Vec<Option<u32>> = members.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let pids_before: Vec<Option<u32>> = members.iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
 
     let started = Instant::now();
     let metadata =
         json!({"name": "back", "annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "3s"}});
     let spec = json!({"cluster": name, "backup": "snap", "sshKeySecret": "etcd-hosts-ssh"});
     support::create_cr_with(&restores, GROUP, "EtcdRestore", metadata, spec).await;
-    let restored = converged(&restores, "back", 1).await;
+    let restored = support::wait_for_generation(&restores, "back", 1, WAIT).await;
     let took = started.elapsed();
     let status = &restored.data["status"];
     assert_eq!(status["phase"], "Completed", "{status}");
@@ -176,7 +142,7 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
         assert_eq!(etcdctl_ok(host, &["get", "key-a", "--print-value-only"]).trim(), "A", "{}", host.name);
         assert_eq!(etcdctl_ok(host, &["get", "key-b", "--print-value-only"]).trim(), "", "{}", host.name);
     }
-    let pids_after: Vec<Option<u32>> = members.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let pids_after: Vec<Option<u32>> = members.iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
     for (before, after) in pids_before.iter().zip(&pids_after) {
         assert!(
             after.is_some() && after != before,
@@ -191,7 +157,7 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     // Afterwards neither kind touches the members again: the restore's reconciles (every 3 s) do
     // not restore twice, the cluster's failover (every 5 s) finds nothing to do.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let pids_later: Vec<Option<u32>> = members.iter().map(|h| member_pid(h, &ns.name, name)).collect();
+    let pids_later: Vec<Option<u32>> = members.iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
     assert_eq!(pids_later, pids_after, "no member restarted after the restore");
     assert_eq!(etcdctl_ok(&members[2], &["get", "key-a", "--print-value-only"]).trim(), "A");
     let cluster = clusters.get(name).await.unwrap();
@@ -206,7 +172,7 @@ async fn etcd_cluster_is_backed_up_and_restored_over_ssh_without_fighting_its_fa
     for generation in 2..=4 {
         let patch = json!({"spec": {"note": format!("change {generation}")}});
         backups.patch("snap", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-        converged(&backups, "snap", generation).await;
+        support::wait_for_generation(&backups, "snap", generation, WAIT).await;
     }
     let files = snapshot_files(&backup_dir, &ns.name, "snap");
     let expected = [format!("{}-snap-3.db", ns.name), format!("{}-snap-4.db", ns.name)];

@@ -15,6 +15,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use support::operator::{Operator, OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "events.test.example.com";
 const KIND: &str = "Noted";
@@ -43,12 +44,8 @@ fn stop(mut operator: Operator) {
 
 #[tokio::test]
 async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_number_of_runs() {
-    let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
-    let ns = support::TestNamespace::new(&client, "events-repeat").await;
+    let Test { client, ns, api } = Test::setup("events-repeat").kind(GROUP, KIND).run_records().build().await;
     let operator = OperatorConfig::new(&watches("  runHistoryLimit: 1000\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let created = support::create_cr(&api, GROUP, KIND, "cr", json!({"fail": true})).await;
     let uid = created.metadata.uid.clone().unwrap();
 
@@ -63,13 +60,7 @@ async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_nu
     // Fixed: the retries end, and every failed run's record and Event are written before the fix's
     // run sets Successful.
     api.patch("cr", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"fail": false}}))).await.unwrap();
-    support::wait_for("the fixed run", WAIT, || async {
-        let cr = api.get("cr").await.map_err(|e| e.to_string())?;
-        let fixed = support::condition(&cr, "Successful")
-            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == 2);
-        Ok(if fixed { Ok(()) } else { Err(cr.data["status"].to_string()) })
-    })
-    .await;
+    support::wait_for_generation(&api, "cr", 2, WAIT).await;
     stop(operator);
 
     assert_eq!(retried.reason.as_deref(), Some("ReconcileFailed"));
@@ -120,9 +111,7 @@ async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_nu
 
 #[tokio::test]
 async fn the_leader_records_a_leader_election_event_on_its_lease() {
-    let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let ns = support::TestNamespace::new(&client, "events-leader").await;
+    let Test { client, ns, api: _ } = Test::setup("events-leader").kind(GROUP, KIND).build().await;
     let operator = OperatorConfig::new(&watches(""), &ns.name)
         .arg("--leader-elect")
         .arg("--leader-election-id=events-leader")
@@ -243,9 +232,7 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
     for name in ["one", "two", "three"] {
         support::wait_for("the second run", WAIT, || async {
             let cr = api.get(name).await.map_err(|e| e.to_string())?;
-            let done = support::condition(&cr, "Successful").is_some_and(|c| {
-                c["status"] == "True" && c["observedGeneration"] == cr.metadata.generation.unwrap_or_default()
-            });
+            let done = support::converged(&cr);
             Ok(if done { Ok(()) } else { Err(cr.data["status"].to_string()) })
         })
         .await;

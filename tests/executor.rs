@@ -11,6 +11,7 @@ use std::time::Duration;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "equivalence.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -33,12 +34,6 @@ fn watches(cases: &[(&str, &str, &str)]) -> String {
             format!("- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  {target}\n")
         })
         .collect()
-}
-
-async fn install(client: &kube::Client, kinds: &[&str]) {
-    for kind in kinds {
-        support::install_crd(client, &support::crd(GROUP, kind, true)).await;
-    }
 }
 
 /// Keys whose values differ between any two runs (ids, times, pids, object versions).
@@ -214,10 +209,9 @@ fn assert_ran_warm(operator: &Operator) {
 
 #[tokio::test]
 async fn warm_and_cold_runs_give_the_same_events_artifacts_status_and_extra_vars() {
-    let client = support::client().await;
-    let kinds: Vec<&str> = CASES.iter().map(|(kind, _, _)| *kind).collect();
-    install(&client, &kinds).await;
-    let cold_ns = support::TestNamespace::new(&client, "equivalence-cold").await;
+    let cold =
+        CASES.iter().fold(Test::setup("equivalence-cold"), |test, (kind, _, _)| test.kind(GROUP, kind));
+    let Test { client, ns: cold_ns, api: _ } = cold.build().await;
     let warm_ns = support::TestNamespace::new(&client, "equivalence-warm").await;
     let watches = watches(&CASES);
     let cold = OperatorConfig::new(&watches, &cold_ns.name).arg("--ansible-executor=cold").start();
@@ -284,15 +278,12 @@ async fn warm_and_cold_runs_give_the_same_events_artifacts_status_and_extra_vars
 
 #[tokio::test]
 async fn runs_of_different_crs_share_no_environment_facts_or_credentials() {
-    let client = support::client().await;
     let kind = "Isolation";
-    install(&client, &[kind]).await;
-    let ns = support::TestNamespace::new(&client, "executor-isolation").await;
+    let Test { client, ns, api } = Test::setup("executor-isolation").kind(GROUP, kind).build().await;
     let watches = format!(
         "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/equivalence/isolation.yml\n"
     );
     let operator = OperatorConfig::new(&watches, &ns.name).arg("--ansible-executor=warm").start();
-    let api = support::cr_api(&client, GROUP, kind, &ns.name);
     // Two CRs at once, each holding for 3 s, each leaving its secret in its environment and facts.
     support::create_cr(&api, GROUP, kind, "alpha", json!({"secret": "alpha-secret", "hold": 3})).await;
     support::create_cr(&api, GROUP, kind, "beta", json!({"secret": "beta-secret", "hold": 3})).await;
@@ -349,16 +340,13 @@ fn processes_with(needle: &str) -> Vec<u32> {
 
 #[tokio::test]
 async fn a_killed_worker_fails_its_run_clearly_comes_back_and_the_retry_converges() {
-    let client = support::client().await;
     let kind = "WorkerKilled";
-    install(&client, &[kind]).await;
-    let ns = support::TestNamespace::new(&client, "executor-worker-loss").await;
+    let Test { client: _, ns, api } = Test::setup("executor-worker-loss").kind(GROUP, kind).build().await;
     let hold = "3601";
     let watches = format!(
         "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/equivalence/worker_loss.yml\n  vars:\n    hold_seconds: {hold}\n"
     );
     let operator = OperatorConfig::new(&watches, &ns.name).arg("--ansible-executor=warm").start();
-    let api = support::cr_api(&client, GROUP, kind, &ns.name);
     support::create_cr(&api, GROUP, kind, "victim", json!({})).await;
     let sleeper = format!("sleep {hold}");
     support::wait_for("the first attempt to hold", WAIT, || async {
@@ -388,10 +376,8 @@ async fn a_killed_worker_fails_its_run_clearly_comes_back_and_the_retry_converge
 
 #[tokio::test]
 async fn a_run_cancelled_by_shutdown_leaves_nothing_running_and_the_next_operator_runs_warm() {
-    let client = support::client().await;
     let kind = "Cancelled";
-    install(&client, &[kind]).await;
-    let ns = support::TestNamespace::new(&client, "executor-cancel").await;
+    let Test { client: _, ns, api } = Test::setup("executor-cancel").kind(GROUP, kind).build().await;
     let hold = "3602";
     let watches = format!(
         "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/equivalence/worker_loss.yml\n  vars:\n    hold_seconds: {hold}\n"
@@ -400,7 +386,6 @@ async fn a_run_cancelled_by_shutdown_leaves_nothing_running_and_the_next_operato
         .arg("--ansible-executor=warm")
         .arg("--graceful-shutdown-timeout=1s")
         .start();
-    let api = support::cr_api(&client, GROUP, kind, &ns.name);
     support::create_cr(&api, GROUP, kind, "held", json!({})).await;
     let sleeper = format!("sleep {hold}");
     support::wait_for("the run to hold", WAIT, || async {

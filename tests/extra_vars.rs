@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "VarsProbe";
@@ -26,11 +27,8 @@ fn watches(names: &[&str], fields: &str, vars: &str) -> String {
 
 /// Starts an operator on `watches`, creates one CR with `spec` and returns the vars its run saw.
 async fn vars_seen(prefix: &str, watches: &str, spec: Value) -> (Value, String) {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup(prefix).kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "probe", spec).await;
     support::wait_for_condition(&api, "probe", "Successful", "True", WAIT).await;
     let data = support::configmaps::wait_for(&client, &ns.name, "probe-vars", WAIT).await;

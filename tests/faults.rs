@@ -15,6 +15,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use support::operator::{OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "faults.test.example.com";
 const KIND: &str = "Hung";
@@ -127,14 +128,10 @@ async fn wait_for_record(
 
 #[tokio::test]
 async fn a_hung_run_times_out_with_its_task_named_leaves_nothing_running_and_is_retried() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-hung").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
+    let Test { client, ns, api } = Test::setup("fault-hung").kind(GROUP, KIND).run_records().build().await;
     let markers = markers(&ns.name);
     let watches = watch(&markers, "  runTimeout: 10s\n");
     let operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     let cr = support::create_cr(&api, GROUP, KIND, "stuck", json!({})).await;
     let first = wait_for_sleeps(&markers, "stuck", 1).await[0];
@@ -156,16 +153,13 @@ async fn a_hung_run_times_out_with_its_task_named_leaves_nothing_running_and_is_
 
 #[tokio::test]
 async fn a_timed_out_finalizer_keeps_the_finalizer_and_is_retried() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-finalizer").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("fault-finalizer").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let finalizer = format!(
         "    hang: false\n  runTimeout: 10s\n  finalizer:\n    name: {FINALIZER}\n    vars:\n      hang: true\n"
     );
     let watches = watch(&markers, &finalizer);
     let operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "undying", json!({})).await;
     let done = support::wait_for_condition(&api, "undying", "Successful", "True", WAIT).await;
@@ -190,13 +184,10 @@ async fn a_timed_out_finalizer_keeps_the_finalizer_and_is_retried() {
 
 #[tokio::test]
 async fn the_run_timeout_flag_applies_to_watches_without_their_own() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-flag").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("fault-flag").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let watches = watch(&markers, "");
     let _operator = OperatorConfig::new(&watches, &ns.name).arg("--ansible-run-timeout=8s").start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "flagged", json!({})).await;
     let failed = wait_for_timeout(&api, "flagged").await;
@@ -206,13 +197,10 @@ async fn the_run_timeout_flag_applies_to_watches_without_their_own() {
 
 #[tokio::test]
 async fn an_operator_killed_mid_run_leaves_nothing_running_once_restarted_and_every_cr_converges() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-killed").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("fault-killed").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let watches =
         watch(&markers, &format!("  finalizer:\n    name: {FINALIZER}\n    vars:\n      hang: false\n"));
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let mut first = OperatorConfig::new(&watches, &ns.name).start();
 
     support::create_cr(&api, GROUP, KIND, "doomed", json!({"hang": false})).await;
@@ -236,13 +224,9 @@ async fn an_operator_killed_mid_run_leaves_nothing_running_once_restarted_and_ev
 
 #[tokio::test]
 async fn a_killed_ansible_playbook_is_a_failure_naming_the_signal_and_the_cr_converges_on_retry() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-sigkill").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
+    let Test { client, ns, api } = Test::setup("fault-sigkill").kind(GROUP, KIND).run_records().build().await;
     let markers = markers(&ns.name);
     let _operator = OperatorConfig::new(&watch(&markers, ""), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     let cr = support::create_cr(&api, GROUP, KIND, "shot", json!({})).await;
     let sleep = wait_for_sleeps(&markers, "shot", 1).await[0];
@@ -315,15 +299,12 @@ impl Drop for Tmpfs {
 
 #[tokio::test]
 async fn a_full_runner_filesystem_is_a_failure_naming_the_path_and_runs_recover_when_space_returns() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-full").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("fault-full").kind(GROUP, KIND).build().await;
     let runner = scratch_dir(&format!("{}-runner", ns.name));
     let disk = Tmpfs::mount(runner.clone(), "4m");
     let operator = OperatorConfig::new(&watch(&markers(&ns.name), ""), &ns.name)
         .arg(format!("--runner-dir={}", runner.display()))
         .start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "first", json!({"hang": false})).await;
     support::wait_for_condition(&api, "first", "Successful", "True", WAIT).await;
@@ -421,9 +402,7 @@ fn kubeconfig_server(kubeconfig: &str) -> String {
 
 #[tokio::test]
 async fn an_api_server_outage_mid_run_is_survived_without_overlapping_runs() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fault-outage").await;
-    support::install_crd(&client, &support::crd(GROUP, "Outage", true)).await;
+    let Test { client, ns, api } = Test::setup("fault-outage").kind(GROUP, "Outage").build().await;
     let server = kubeconfig_server(&std::fs::read_to_string(support::kubeconfig()).unwrap());
     let relay = Relay::start(server.trim_start_matches("https://").to_string()).await;
     let markers = markers(&ns.name);
@@ -435,7 +414,6 @@ async fn an_api_server_outage_mid_run_is_survived_without_overlapping_runs() {
     let _operator = OperatorConfig::new(&watches, &ns.name)
         .env("KUBECONFIG", relay.kubeconfig(&markers).display().to_string())
         .start();
-    let api = support::cr_api(&client, GROUP, "Outage", &ns.name);
     let runs = || std::fs::read_to_string(markers.join("through.runs")).unwrap_or_default();
 
     support::create_cr(&api, GROUP, "Outage", "through", json!({})).await;

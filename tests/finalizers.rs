@@ -10,6 +10,7 @@ use kube::api::DeleteParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::operator::{Operator, OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "Finalized";
@@ -39,13 +40,10 @@ fn markers(namespace: &str) -> PathBuf {
 
 #[tokio::test]
 async fn finalizer_vars_rerun_the_playbook_with_state_absent_before_the_cr_goes_away() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fin-vars").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("fin-vars").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let watches = watches(&markers, "    vars:\n      state: absent\n");
     let _operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "doomed", json!({})).await;
@@ -69,13 +67,10 @@ async fn finalizer_vars_rerun_the_playbook_with_state_absent_before_the_cr_goes_
 
 #[tokio::test]
 async fn failing_finalizer_keeps_the_cr_terminating_with_a_failure_and_retries_until_it_succeeds() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "fin-playbook").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("fin-playbook").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let watches = watches(&markers, "    playbook: {fixtures}/playbooks/finalize_when_released.yml\n");
     let operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "gated", json!({})).await;
     let done = support::wait_for_condition(&api, "gated", "Successful", "True", WAIT).await;

@@ -8,12 +8,12 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use support::setup::Test;
 
 #[tokio::test]
 async fn status_written_through_the_subresource_is_seen_by_a_watch() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "harness").await;
-    support::install_crd(&client, &support::crd("harness.test.example.com", "Widget", true)).await;
+    let Test { client, ns, api: _ } =
+        Test::setup("harness").kind("harness.test.example.com", "Widget").build().await;
 
     let gvk = GroupVersionKind::gvk("harness.test.example.com", "v1alpha1", "Widget");
     let resource = ApiResource::from_gvk(&gvk);

@@ -14,6 +14,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "history.test.example.com";
 const KIND: &str = "Recorded";
@@ -22,11 +23,6 @@ const PASSWORD: &str = "hunter2-in-the-spec";
 
 fn watches(extra: &str) -> String {
     format!("{}{extra}", support::playbook_watch(GROUP, KIND, "history.yml"))
-}
-
-async fn install(client: &kube::Client) {
-    support::install_crd(client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(client).await;
 }
 
 fn runs_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
@@ -77,11 +73,9 @@ fn stop(mut operator: Operator) {
 
 #[tokio::test]
 async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
-    let client = support::client().await;
-    install(&client).await;
-    let ns = support::TestNamespace::new(&client, "history-triggers").await;
+    let Test { client, ns, api } =
+        Test::setup("history-triggers").kind(GROUP, KIND).run_records().build().await;
     let operator = OperatorConfig::new(&watches("  runHistoryLimit: 20\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let runs = runs_api(&client, &ns.name);
     let created =
         support::create_cr(&api, GROUP, KIND, "cr", json!({"value": 1, "password": PASSWORD})).await;
@@ -175,11 +169,9 @@ async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
 
 #[tokio::test]
 async fn resyncs_that_change_nothing_confirm_and_records_survive_restarts_and_go_with_the_cr() {
-    let client = support::client().await;
-    install(&client).await;
-    let ns = support::TestNamespace::new(&client, "history-resync").await;
+    let Test { client, ns, api } =
+        Test::setup("history-resync").kind(GROUP, KIND).run_records().build().await;
     let operator = OperatorConfig::new(&watches("  runHistoryLimit: 2\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let runs = runs_api(&client, &ns.name);
     let metadata =
         json!({"name": "steady", "annotations": {"ansible.sdk.operatorframework.io/reconcile-period": "1s"}});
@@ -242,12 +234,10 @@ async fn the_finalizer_run_is_recorded_before_the_record_goes_with_its_cr() {
     use futures::StreamExt;
     use kube::runtime::watcher;
 
-    let client = support::client().await;
-    install(&client).await;
-    let ns = support::TestNamespace::new(&client, "history-finalizer").await;
+    let Test { client, ns, api } =
+        Test::setup("history-finalizer").kind(GROUP, KIND).run_records().build().await;
     let finalizer = format!("  finalizer:\n    name: {GROUP}/cleanup\n    vars:\n      value: gone\n");
     let operator = OperatorConfig::new(&watches(&finalizer), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let runs = runs_api(&client, &ns.name);
     let created = support::create_cr(&api, GROUP, KIND, "leaving", json!({"value": 1})).await;
     let uid = created.metadata.uid.clone().unwrap();

@@ -106,9 +106,7 @@ async fn wait_for_size(memcacheds: &Api<DynamicObject>, pods: &Api<Pod>, size: i
         let status = &cr.data["status"];
         let pods = pods_with(pods, &selector).await?;
         let ready = pods.iter().filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none()).count();
-        let generation = cr.metadata.generation.unwrap_or_default();
-        let successful = support::condition(&cr, "Successful")
-            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation);
+        let successful = support::converged(&cr);
         Ok(
             if successful
                 && status["readyReplicas"] == size

@@ -8,15 +8,17 @@ mod support;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use support::etcd;
 use support::hosts::{self, Host};
-use support::operator::{OperatorConfig, scratch_dir};
+use support::operator::scratch_dir;
+use support::setup::Test;
 
 const GROUP: &str = "platform.example.com";
 const KIND: &str = "KubernetesCluster";
@@ -29,14 +31,12 @@ fn kube_dir(host: &Host, namespace: &str, name: &str) -> PathBuf {
 }
 
 fn etcd_dir(host: &Host, namespace: &str, name: &str) -> PathBuf {
-    host.file(&format!("etcd-{namespace}-{name}-etcd"))
+    etcd::install_dir(host, namespace, &format!("{name}-etcd"))
 }
 
 /// The PID of a component on a master, when it runs.
 fn pid(host: &Host, namespace: &str, name: &str, component: &str) -> Option<u32> {
-    let file = kube_dir(host, namespace, name).join(format!("{component}.pid"));
-    let pid: u32 = std::fs::read_to_string(file).ok()?.trim().parse().ok()?;
-    PathBuf::from(format!("/proc/{pid}")).exists().then_some(pid)
+    etcd::running_pid(&kube_dir(host, namespace, name).join(format!("{component}.pid")))
 }
 
 /// PIDs of every component on every given master, in order.
@@ -49,17 +49,11 @@ fn pids(masters: &[&Host], namespace: &str, name: &str) -> Vec<(String, Option<u
         .collect()
 }
 
-fn spec_hosts(hosts: &[&Host]) -> Value {
-    Value::Array(hosts.iter().map(|h| h.spec()).collect())
-}
-
 /// Waits until generation `generation` succeeded with the cluster `Running`, and returns the CR.
 async fn running(api: &Api<DynamicObject>, name: &str, generation: i64) -> DynamicObject {
     support::wait_for(&format!("{name} generation {generation} to be Running"), WAIT, || async {
         let object = api.get(name).await.map_err(|e| e.to_string())?;
-        let ok = support::condition(&object, "Successful")
-            .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
-            && object.data["status"]["phase"] == "Running";
+        let ok = support::successful_at(&object, generation) && object.data["status"]["phase"] == "Running";
         Ok(if ok { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
     })
     .await
@@ -78,12 +72,7 @@ fn healthy_masters(object: &DynamicObject) -> Vec<String> {
 
 /// kubectl with the cluster's admin kubeconfig, as read from its Secret.
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(support::repo().join(".local/bin/kubectl"))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("run kubectl")
+    support::kubectl_at(kubeconfig, args)
 }
 
 fn kubectl_ok(kubeconfig: &std::path::Path, args: &[&str]) -> String {
@@ -100,23 +89,11 @@ async fn patch_spec(api: &Api<DynamicObject>, name: &str, spec: Value) -> Result
 async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_and_uninstalled_over_ssh() {
     let all = hosts::hosts();
     let (h5, h6, h7) = (&all[4], &all[5], &all[6]);
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sample-kubernetescluster").await;
-    support::install_sample_crds(&client).await;
-    let repo = support::repo();
-    let operator = OperatorConfig::project(repo.to_path_buf(), &ns.name)
-        .env("ETCD_RELEASES_DIR", repo.join(".local/etcd-releases").display().to_string())
-        .env("KUBE_RELEASES_DIR", repo.join(".local/kube-releases").display().to_string())
-        .start();
-    hosts::create_ssh_secret(
-        &client,
-        &ns.name,
-        "hosts-ssh",
-        &hosts::client_key(),
-        Some(&hosts::known_hosts()),
-    )
-    .await;
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
+    let Test { client, ns, api } = Test::setup("sample-kubernetescluster").sample(GROUP, KIND).build().await;
+    let kube_releases = support::repo().join(".local/kube-releases");
+    let operator =
+        etcd::sample_operator(&ns.name).env("KUBE_RELEASES_DIR", kube_releases.display().to_string()).start();
+    etcd::create_hosts_secret(&client, &ns.name, "hosts-ssh").await;
     let etcd_clusters = support::cr_api(&client, "etcd.example.com", "EtcdCluster", &ns.name);
     let name = "kc";
 
@@ -127,7 +104,7 @@ async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_a
         "version": "1.35.4", "sshKeySecret": "hosts-ssh",
         "ports": {"apiserver": APISERVER_PORT, "controllerManager": 20257, "scheduler": 20259,
                   "etcdClient": 23792, "etcdPeer": 23802},
-        "etcd": spec_hosts(&[h5]), "masters": spec_hosts(&[h5]),
+        "etcd": Host::specs(&[h5]), "masters": Host::specs(&[h5]),
     });
     support::create_cr(&api, GROUP, KIND, name, spec).await;
     let failed = support::wait_for_condition(&api, name, "Failure", "True", WAIT).await;
@@ -158,7 +135,7 @@ async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_a
     for (spec, message) in [
         (json!({"serviceCIDR": "10.97.0.0/24"}), "spec.serviceCIDR cannot change"),
         (
-            json!({"etcd": spec_hosts(&[h6])}),
+            json!({"etcd": Host::specs(&[h6])}),
             "spec.etcd cannot change: the cluster's data lives on these hosts. What may change: spec.masters",
         ),
     ] {
@@ -168,7 +145,7 @@ async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_a
 
     // 1 → 3 masters: host6 and host7 join, host5 is not restarted; every apiserver answers.
     let before = pids(&[h5], &ns.name, name);
-    patch_spec(&api, name, json!({"masters": spec_hosts(&[h5, h6, h7])})).await.unwrap();
+    patch_spec(&api, name, json!({"masters": Host::specs(&[h5, h6, h7])})).await.unwrap();
     let scaled = running(&api, name, 2).await;
     assert_eq!(healthy_masters(&scaled), ["host5", "host6", "host7"]);
     assert_eq!(pids(&[h5], &ns.name, name), before, "host5 restarted while scaling");
@@ -242,7 +219,7 @@ async fn kubernetes_cluster_is_prechecked_installed_scaled_reconfigured_joined_a
     // Unjoin it and go back to one master: the registration and its namespace go, host6 and host7
     // are stopped and cleaned up.
     let stopped = pids(&[h6, h7], &ns.name, name);
-    patch_spec(&api, name, json!({"members": [], "masters": spec_hosts(&[h5])})).await.unwrap();
+    patch_spec(&api, name, json!({"members": [], "masters": Host::specs(&[h5])})).await.unwrap();
     let shrunk = running(&api, name, 5).await;
     assert_eq!(healthy_masters(&shrunk), ["host5"]);
     assert_eq!(shrunk.data["status"]["members"], json!([]));

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::operator::{OperatorConfig, fixtures};
+use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "ModeProbe";
@@ -19,16 +20,13 @@ fn watches(target: &str) -> String {
 /// Creates a CR under an operator started from `config`, waits for Successful and returns the
 /// `source` the marker ConfigMap recorded.
 async fn marker_source(prefix: &str, target: &str, env: Option<(&str, String)>) -> String {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup(prefix).kind(GROUP, KIND).build().await;
     let watches = watches(target);
     let mut config = OperatorConfig::new(&watches, &ns.name);
     if let Some((name, value)) = env {
         config = config.env(name, value);
     }
     let _operator = config.start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "mode", json!({})).await;
     let done = support::wait_for_condition(&api, "mode", "Successful", "True", WAIT).await;

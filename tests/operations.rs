@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use kube::api::DeleteParams;
 use serde_json::json;
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "ops.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -67,13 +68,10 @@ fn processes_mentioning(dir: &Path) -> Vec<String> {
 
 #[tokio::test]
 async fn sigterm_during_a_long_run_exits_within_the_timeout_and_leaves_no_ansible_process() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "ops-shutdown").await;
-    support::install_crd(&client, &support::crd(GROUP, "Sleeper", true)).await;
+    let Test { client: _, ns, api } = Test::setup("ops-shutdown").kind(GROUP, "Sleeper").build().await;
     let mut operator = OperatorConfig::new(&support::playbook_watch(GROUP, "Sleeper", "sleep.yml"), &ns.name)
         .arg("--graceful-shutdown-timeout=2s")
         .start();
-    let api = support::cr_api(&client, GROUP, "Sleeper", &ns.name);
     support::create_cr(&api, GROUP, "Sleeper", "long", json!({"seconds": 300})).await;
     support::wait_for_condition(&api, "long", "Running", "True", WAIT).await;
     let runner_dir = operator.dir.join("runner");
@@ -106,14 +104,11 @@ async fn sigterm_during_a_long_run_exits_within_the_timeout_and_leaves_no_ansibl
 
 #[tokio::test]
 async fn the_global_run_budget_holds_under_a_burst() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "ops-budget").await;
-    support::install_crd(&client, &support::crd(GROUP, "Burst", true)).await;
+    let Test { client: _, ns, api } = Test::setup("ops-budget").kind(GROUP, "Burst").build().await;
     let operator = OperatorConfig::new(&support::playbook_watch(GROUP, "Burst", "sleep.yml"), &ns.name)
         .arg("--max-concurrent-reconciles=4")
         .arg("--max-concurrent-runs=2")
         .start();
-    let api = support::cr_api(&client, GROUP, "Burst", &ns.name);
     for i in 0..6 {
         support::create_cr(&api, GROUP, "Burst", &format!("b{i}"), json!({"seconds": 2})).await;
     }
@@ -139,12 +134,9 @@ async fn the_global_run_budget_holds_under_a_burst() {
 
 #[tokio::test]
 async fn a_deleted_crs_runner_directory_is_removed() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "ops-disk").await;
-    support::install_crd(&client, &support::crd(GROUP, "Disk", true)).await;
+    let Test { client: _, ns, api } = Test::setup("ops-disk").kind(GROUP, "Disk").build().await;
     let operator =
         OperatorConfig::new(&support::playbook_watch(GROUP, "Disk", "sleep.yml"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, "Disk", &ns.name);
     support::create_cr(&api, GROUP, "Disk", "d", json!({"seconds": 0})).await;
     support::wait_for_condition(&api, "d", "Successful", "True", WAIT).await;
     let dir = operator.runner_dir(GROUP, "Disk", &ns.name, "d");

@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 use support::operator::{OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "ownership.test.example.com";
 const KIND: &str = "Owning";
@@ -57,9 +58,7 @@ fn completion(object: &DynamicObject) -> String {
 
 #[tokio::test]
 async fn runs_own_what_they_create_keep_it_across_replaces_and_never_adopt_existing_objects() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "ownership").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("ownership").kind(GROUP, KIND).build().await;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     for name in PREEXISTING {
@@ -67,7 +66,6 @@ async fn runs_own_what_they_create_keep_it_across_replaces_and_never_adopt_exist
     }
     let finalizer = format!("  finalizer:\n    name: {GROUP}/finalize\n    vars:\n      finalizing: true\n");
     let operator = OperatorConfig::new(&watches("ownership.yml", &finalizer), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     let done = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
     let uid = done.metadata.uid.clone().unwrap();
@@ -143,12 +141,9 @@ fn managers(object: &DynamicObject) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn status_and_finalizer_writes_show_field_manager_ansible_operator() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "ownership-manager").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("ownership-manager").kind(GROUP, KIND).build().await;
     let finalizer = format!("  finalizer:\n    name: {GROUP}/cleanup\n    vars:\n      state: absent\n");
     let _operator = OperatorConfig::new(&watches("marker.yml", &finalizer), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "managed", json!({})).await;
     let done = support::wait_for_condition(&api, "managed", "Successful", "True", WAIT).await;
 
@@ -229,9 +224,7 @@ impl Drop for ClusterScoped {
 
 #[tokio::test]
 async fn a_forbidden_watch_of_a_cluster_scoped_child_warns_once_and_reconciles_go_on() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "ownership-scoped").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("ownership-scoped").kind(GROUP, KIND).build().await;
     let user = format!("scoped-operator-{}", ns.name);
     let _rbac = namespace_scoped_rbac(&client, &ns.name, &user).await;
     let child_namespace = format!("{}-child", ns.name);
@@ -242,7 +235,6 @@ async fn a_forbidden_watch_of_a_cluster_scoped_child_warns_once_and_reconciles_g
     let watches = watches("cluster_scoped_child.yml", "  watchClusterScopedResources: true\n");
     let operator =
         OperatorConfig::new(&watches, &ns.name).env("KUBECONFIG", kubeconfig.display().to_string()).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "scoped", json!({"childNamespace": child_namespace})).await;
     let done = support::wait_for_condition(&api, "scoped", "Successful", "True", WAIT).await;
     let created = Api::<Namespace>::all(client.clone()).get(&child_namespace).await.expect("the run made it");

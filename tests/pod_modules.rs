@@ -11,6 +11,7 @@ use kube::api::Api;
 use serde_json::json;
 use support::node::{MEMCACHED_IMAGE, require_ready_node};
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "pods.test.example.com";
 const KIND: &str = "PodUser";
@@ -18,13 +19,10 @@ const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn playbook_waits_for_a_deployment_then_execs_in_and_reads_the_log_of_its_pod() {
-    let client = support::client().await;
+    let Test { client, ns, api } = Test::setup("pod-modules").kind(GROUP, KIND).build().await;
     require_ready_node(&client).await;
-    let ns = support::TestNamespace::new(&client, "pod-modules").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     let watches = support::playbook_watch(GROUP, KIND, "pod_modules.yml");
     let _operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     let spec = json!({"image": MEMCACHED_IMAGE, "greeting": "hello from the Pod"});
     support::create_cr(&api, GROUP, KIND, "user", spec).await;

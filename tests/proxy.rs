@@ -11,6 +11,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "proxy.test.example.com";
 const KIND: &str = "Proxied";
@@ -18,14 +19,6 @@ const WAIT: Duration = Duration::from_secs(180);
 
 fn watches() -> String {
     format!("- version: v1alpha1\n  group: {GROUP}\n  kind: {KIND}\n  role: {{fixtures}}/roles/proxied\n")
-}
-
-async fn setup(prefix: &str) -> (kube::Client, support::TestNamespace, Api<DynamicObject>) {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
-    (client, ns, api)
 }
 
 /// The completion time of the CR's last successful run, which changes with every run.
@@ -54,7 +47,7 @@ fn owner_refs(object: &impl kube::Resource) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn children_get_owner_references_or_annotations_on_every_create_path() {
-    let (client, ns, api) = setup("proxy-inject").await;
+    let Test { client, ns, api } = Test::setup("proxy-inject").kind(GROUP, KIND).build().await;
     let other = support::TestNamespace::new(&client, "proxy-inject-other").await;
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();
     let spec = json!({"otherNamespace": other.name, "clusterRole": true});
@@ -104,7 +97,7 @@ async fn children_get_owner_references_or_annotations_on_every_create_path() {
 
 #[tokio::test]
 async fn deleted_child_is_restored_and_only_spec_edits_of_children_trigger() {
-    let (client, ns, api) = setup("proxy-dependents").await;
+    let Test { client, ns, api } = Test::setup("proxy-dependents").kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
@@ -133,7 +126,7 @@ async fn deleted_child_is_restored_and_only_spec_edits_of_children_trigger() {
 
 #[tokio::test]
 async fn deleting_the_cr_garbage_collects_its_owned_children() {
-    let (client, ns, api) = setup("proxy-gc").await;
+    let Test { client, ns, api } = Test::setup("proxy-gc").kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
@@ -156,7 +149,7 @@ async fn deleting_the_cr_garbage_collects_its_owned_children() {
 
 #[tokio::test]
 async fn proxy_rejects_made_up_and_expired_credentials_on_the_chosen_port() {
-    let (client, ns, api) = setup("proxy-auth").await;
+    let Test { client, ns, api } = Test::setup("proxy-auth").kind(GROUP, KIND).build().await;
     let port = support::free_port();
     let _operator = OperatorConfig::new(&watches(), &ns.name).arg(format!("--proxy-port={port}")).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({"leakToken": true})).await;
@@ -184,7 +177,7 @@ async fn proxy_rejects_made_up_and_expired_credentials_on_the_chosen_port() {
 
 #[tokio::test]
 async fn a_playbooks_impersonation_headers_are_dropped_so_it_acts_as_the_operator() {
-    let (client, ns, api) = setup("proxy-impersonate").await;
+    let Test { client, ns, api } = Test::setup("proxy-impersonate").kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({"whoamiAs": "someone-else"})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
@@ -199,7 +192,7 @@ async fn a_playbooks_impersonation_headers_are_dropped_so_it_acts_as_the_operato
 
 #[tokio::test]
 async fn after_a_restart_deleting_a_child_still_triggers_its_owner() {
-    let (client, ns, api) = setup("proxy-restart").await;
+    let Test { client, ns, api } = Test::setup("proxy-restart").kind(GROUP, KIND).build().await;
     let first_operator = OperatorConfig::new(&watches(), &ns.name).start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
@@ -221,7 +214,7 @@ fn stop(mut operator: Operator) {
 
 #[tokio::test]
 async fn with_injection_off_children_are_created_without_owner_references() {
-    let (client, ns, api) = setup("proxy-noinject").await;
+    let Test { client, ns, api } = Test::setup("proxy-noinject").kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(&watches(), &ns.name).arg("--inject-owner-ref=false").start();
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;

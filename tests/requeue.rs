@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::operator::{OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "Requeued";
@@ -45,12 +46,9 @@ async fn wait_for_runs(runs_dir: &Path, name: &str, at_least: usize) {
 
 #[tokio::test]
 async fn reconcile_period_in_watches_reruns_the_cr_without_a_change() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "requeue-period").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("requeue-period").kind(GROUP, KIND).build().await;
     let dir = runs_dir(&ns.name);
     let _operator = OperatorConfig::new(&watches(&dir, "  reconcilePeriod: 1s\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "periodic", json!({})).await;
     let first = support::wait_for_condition(&api, "periodic", "Successful", "True", WAIT).await;
@@ -73,12 +71,9 @@ async fn reconcile_period_in_watches_reruns_the_cr_without_a_change() {
 
 #[tokio::test]
 async fn reconcile_period_annotation_0s_stops_the_periodic_runs_of_the_watch() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "requeue-annotation-off").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("requeue-annotation-off").kind(GROUP, KIND).build().await;
     let dir = runs_dir(&ns.name);
     let _operator = OperatorConfig::new(&watches(&dir, "  reconcilePeriod: 1s\n"), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     let metadata = json!({"name": "quiet", "annotations": {PERIOD_ANNOTATION: "0s"}});
     support::create_cr_with(&api, GROUP, KIND, metadata, json!({})).await;
@@ -92,12 +87,9 @@ async fn reconcile_period_annotation_0s_stops_the_periodic_runs_of_the_watch() {
 
 #[tokio::test]
 async fn reconcile_period_annotation_overrides_the_default_period() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "requeue-annotation-on").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("requeue-annotation-on").kind(GROUP, KIND).build().await;
     let dir = runs_dir(&ns.name);
     let _operator = OperatorConfig::new(&watches(&dir, ""), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "default", json!({})).await;
     let metadata = json!({"name": "eager", "annotations": {PERIOD_ANNOTATION: "1s"}});
@@ -110,13 +102,10 @@ async fn reconcile_period_annotation_overrides_the_default_period() {
 
 #[tokio::test]
 async fn requeue_after_module_causes_another_run_without_a_spec_change() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "requeue-after").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("requeue-after").kind(GROUP, KIND).build().await;
     let dir = runs_dir(&ns.name);
     let watches = watches(&dir, "").replace("  vars:\n", "  vars:\n    requeue_period: 2s\n");
     let _operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "again", json!({})).await;
     wait_for_runs(&dir, "again", 2).await;

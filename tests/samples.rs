@@ -10,17 +10,16 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use support::operator::{OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn memcached_role_deploys_waits_for_ready_pods_reports_status_and_cleans_up_on_delete() {
-    let client = support::client().await;
+    let Test { client, ns, api } =
+        Test::setup("sample-memcached").sample("cache.example.com", "Memcached").build().await;
     support::node::require_ready_node(&client).await;
-    let ns = support::TestNamespace::new(&client, "sample-memcached").await;
-    support::install_sample_crds(&client).await;
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name).start();
-    let api = support::cr_api(&client, "cache.example.com", "Memcached", &ns.name);
 
     support::create_cr(
         &api,
@@ -60,15 +59,13 @@ async fn memcached_role_deploys_waits_for_ready_pods_reports_status_and_cleans_u
 
 #[tokio::test]
 async fn etcd_backup_snapshots_the_real_etcd_and_records_path_and_size() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sample-etcdbackup").await;
-    support::install_sample_crds(&client).await;
+    let Test { client: _, ns, api } =
+        Test::setup("sample-etcdbackup").sample("etcd.example.com", "EtcdBackup").build().await;
     // The snapshot directory is the operator's choice, not the CR's (watches.yaml).
     let backup_dir = scratch_dir(&format!("{}-backups", ns.name));
     let _operator = OperatorConfig::project(support::repo().to_path_buf(), &ns.name)
         .env("ETCD_BACKUP_DIR", backup_dir.display().to_string())
         .start();
-    let api = support::cr_api(&client, "etcd.example.com", "EtcdBackup", &ns.name);
     let endpoint =
         format!("http://127.0.0.1:{}", std::env::var("ETCD_PORT").unwrap_or_else(|_| "12379".into()));
 

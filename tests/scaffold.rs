@@ -163,13 +163,6 @@ fn memcached(namespace: &str, name: &str, size: i64) -> DynamicObject {
     .expect("a Memcached")
 }
 
-/// Whether the CR's last run succeeded on its current generation.
-fn converged(cr: &DynamicObject) -> bool {
-    let generation = cr.metadata.generation.unwrap_or_default();
-    support::condition(cr, "Successful")
-        .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
-}
-
 /// Waits until the sample is converged with `size` running, ready Pods (none terminating).
 async fn wait_for_size(memcacheds: &Api<DynamicObject>, pods: &Api<Pod>, size: usize) -> DynamicObject {
     let selector = format!("memcached={SAMPLE}");
@@ -177,7 +170,7 @@ async fn wait_for_size(memcacheds: &Api<DynamicObject>, pods: &Api<Pod>, size: u
         let cr = memcacheds.get(SAMPLE).await.map_err(|e| e.to_string())?;
         let pods = pods_with(pods, &selector).await?;
         let ready = pods.iter().filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none()).count();
-        Ok(if converged(&cr) && pods.len() == size && ready == size {
+        Ok(if support::converged(&cr) && pods.len() == size && ready == size {
             Ok(cr)
         } else {
             Err(format!(
@@ -281,7 +274,7 @@ async fn an_upstream_project_builds_from_the_base_image_and_runs_with_its_own_co
     }
     wait_for(&format!("{LOAD} more Memcacheds to converge"), LOAD_WAIT, || async {
         let list = memcacheds.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        let done = list.items.iter().filter(|cr| converged(cr)).count();
+        let done = list.items.iter().filter(|cr| support::converged(cr)).count();
         Ok(if done == LOAD + 1 { Ok(()) } else { Err(format!("{done} of {} converged", LOAD + 1)) })
     })
     .await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::operator::{OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "deep.test.example.com";
 const KIND: &str = "Nested";
@@ -16,9 +17,7 @@ const WAIT: Duration = Duration::from_secs(180);
 
 #[tokio::test]
 async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_kind_converge() {
-    let client = support::client().await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    let ns = support::TestNamespace::new(&client, "deep-cr").await;
+    let Test { client: _, ns, api: crs } = Test::setup("deep-cr").kind(GROUP, KIND).build().await;
     let dir = scratch_dir(&format!("{}-crs", ns.name));
     // In the initial list, and added while the operator watches.
     support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deep", 200);
@@ -27,7 +26,6 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     let operator = OperatorConfig::new(&watches, &ns.name)
         .arg(format!("--metrics-bind-address=127.0.0.1:{metrics}"))
         .start();
-    let crs = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&crs, GROUP, KIND, "normal", json!({"level": {"level": "bottom"}})).await;
     support::wait_for_condition(&crs, "normal", "Successful", "True", WAIT).await;
     support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deeper", 300);
@@ -35,13 +33,7 @@ async fn a_cr_too_deep_to_decode_is_reported_by_name_and_the_other_crs_of_its_ki
     // A spec change of the normal one still converges: the watch did not stop at the deep ones.
     let patch = json!({"spec": {"changed": true}});
     crs.patch("normal", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
-    support::wait_for("the normal CR's second generation to succeed", WAIT, || async {
-        let object = crs.get("normal").await.map_err(|e| e.to_string())?;
-        let successful = support::condition(&object, "Successful").cloned().unwrap_or_default();
-        let done = successful["status"] == "True" && successful["observedGeneration"] == 2;
-        Ok(if done { Ok(()) } else { Err(format!("{successful}")) })
-    })
-    .await;
+    support::wait_for_generation(&crs, "normal", 2, WAIT).await;
 
     // Each deep one is named: in the log, by a Warning Event on it, and counted.
     for name in ["deep", "deeper"] {

@@ -15,6 +15,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::hosts::{self, ALLOW_KINDS};
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "security.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -37,11 +38,8 @@ struct Setup {
 
 async fn setup(prefix: &str, kind: &'static str) -> Setup {
     hosts::hosts();
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    support::install_crd(&client, &support::crd(GROUP, kind, true)).await;
+    let Test { client, ns, api } = Test::setup(prefix).kind(GROUP, kind).build().await;
     let operator = OperatorConfig::new(&watch(kind), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, kind, &ns.name);
     Setup { client, ns, operator, api, kind }
 }
 

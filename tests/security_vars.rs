@@ -12,6 +12,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::{Value, json};
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "security.test.example.com";
 const KIND: &str = "VarsTarget";
@@ -51,11 +52,8 @@ struct Setup {
 }
 
 async fn setup(prefix: &str, fields: &str) -> Setup {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup(prefix).kind(GROUP, KIND).build().await;
     let operator = OperatorConfig::new(&watches(fields), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     Setup { client, ns, operator, api }
 }
 
@@ -139,17 +137,14 @@ async fn with_trust_cr_variables_the_spec_sets_ansibles_variables_as_upstream_do
 
 #[tokio::test]
 async fn the_trust_cr_variables_flag_trusts_every_kind_and_a_watch_may_still_refuse() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sec-vars-flag").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     let other = "VarsRefuser";
-    support::install_crd(&client, &support::crd(GROUP, other, true)).await;
+    let Test { client, ns, api: trusted } =
+        Test::setup("sec-vars-flag").kind(GROUP, KIND).kind(GROUP, other).build().await;
     let refusing = watches("  trustCRVariables: false\n").replace(KIND, other);
     let both = format!("{}{refusing}", watches(""));
     let operator = OperatorConfig::new(&both, &ns.name).arg("--trust-cr-variables").start();
     let marker = support::operator::scratch_dir("sec-vars-flag").join("proxy-command-ran");
 
-    let trusted = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&trusted, GROUP, KIND, "trusted", proxy_command_attack("local", &marker)).await;
     let refused = support::cr_api(&client, GROUP, other, &ns.name);
     support::create_cr(&refused, GROUP, other, "refused", proxy_command_attack("local", &marker)).await;

@@ -22,6 +22,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::json;
 use support::operator::{Operator, OperatorConfig, scratch_dir};
+use support::setup::Test;
 
 const GROUP: &str = "sharding.test.example.com";
 const KIND: &str = "Sharded";
@@ -259,16 +260,13 @@ fn assert_no_overlap(runs: &HashMap<String, Vec<Run>>) {
 async fn three_replicas_split_six_hundred_crs_and_run_each_once() {
     const COUNT: usize = 600;
     let _turn = REPLICA_SETS.lock().await;
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sharding-split").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("sharding-split").kind(GROUP, KIND).build().await;
     let stub = Stub::new("sharding-split");
     let names = ["replica-a", "replica-b", "replica-c"];
     let replicas: Vec<(Operator, u16)> =
         names.iter().map(|name| replica(&ns.name, &stub, name, "0", &[])).collect();
     wait_for_members(&client, &ns.name, &names).await;
 
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let started = std::time::Instant::now();
     create_crs(&api, COUNT).await;
     let crs = wait_all_successful(&api, COUNT).await;
@@ -310,9 +308,7 @@ async fn three_replicas_split_six_hundred_crs_and_run_each_once() {
 async fn killed_stopped_and_new_replicas_hand_crs_on_without_overlapping_runs() {
     const COUNT: usize = 30;
     let _turn = REPLICA_SETS.lock().await;
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sharding-moves").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("sharding-moves").kind(GROUP, KIND).build().await;
     let stub = Stub::new("sharding-moves");
     // Runs take 0.5 s and come back every 8 s, so handovers happen while CRs run, and two replicas
     // on two busy cores keep up with all 30 (an overloaded replica's queue delays new CRs).
@@ -321,7 +317,6 @@ async fn killed_stopped_and_new_replicas_hand_crs_on_without_overlapping_runs() 
     let mut b = replica(&ns.name, &stub, "replica-b", "0.5", &periodic);
     let mut c = replica(&ns.name, &stub, "replica-c", "0.5", &periodic);
     wait_for_members(&client, &ns.name, &["replica-a", "replica-b", "replica-c"]).await;
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     create_crs(&api, COUNT).await;
     let crs = wait_all_ran(&api, &stub, COUNT).await;
     let before = by_shard(&crs);
@@ -471,16 +466,13 @@ fn moved(before: &BTreeMap<String, Vec<String>>, after: &BTreeMap<String, Vec<St
 async fn scaling_three_to_five_to_two_and_a_rolling_restart_never_overlap_runs() {
     const COUNT: usize = 30;
     let _turn = REPLICA_SETS.lock().await;
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sharding-scale").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("sharding-scale").kind(GROUP, KIND).build().await;
     let stub = Stub::new("sharding-scale");
     let periodic = ["--reconcile-period=8s"];
     let start = |name: &str| replica(&ns.name, &stub, name, "0.5", &periodic).0;
     let mut replicas: BTreeMap<String, Operator> =
         ["r1", "r2", "r3"].into_iter().map(|name| (name.to_string(), start(name))).collect();
     wait_for_members(&client, &ns.name, &["r1", "r2", "r3"]).await;
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     create_crs(&api, COUNT).await;
     let three = wait_settled(&api, &stub, &["r1", "r2", "r3"], 6, 0).await;
 
@@ -532,9 +524,7 @@ fn elapsed_since(nanos: u128) -> Duration {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_sharding_nothing_is_labelled_and_no_shard_lease_exists() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sharding-off").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("sharding-off").kind(GROUP, KIND).build().await;
     let stub = Stub::new("sharding-off");
     let path = format!("{}:{}", stub.bin.display(), std::env::var("PATH").unwrap_or_default());
     let _operator = OperatorConfig::new(&watches(), &ns.name)
@@ -544,7 +534,6 @@ async fn without_sharding_nothing_is_labelled_and_no_shard_lease_exists() {
         .env("SHARD_TEST_REPLICA", "single")
         .env("SHARD_TEST_LOG", stub.log.display().to_string())
         .start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     create_crs(&api, 5).await;
     let crs = wait_all_successful(&api, 5).await;
     for cr in &crs {
@@ -560,10 +549,8 @@ async fn without_sharding_nothing_is_labelled_and_no_shard_lease_exists() {
 #[tokio::test(flavor = "multi_thread")]
 async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watched() {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "sharding-children").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
-    support::install_run_records_crd(&client).await;
+    let Test { client, ns, api } =
+        Test::setup("sharding-children").kind(GROUP, KIND).run_records().build().await;
     // A real playbook (marker.yml writes ConfigMap <name>-marker through the proxy).
     let (health, metrics) = (support::free_port(), support::free_port());
     let operator = OperatorConfig::new(&watches(), &ns.name)
@@ -591,7 +578,6 @@ async fn children_created_through_the_proxy_carry_the_owner_s_shard_and_are_watc
     // given to no shard.
     let dir = scratch_dir(&format!("{}-crs", ns.name));
     support::create_deep_cr(&dir, GROUP, KIND, &ns.name, "deep", 200);
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "owner", json!({})).await;
     let cr = support::wait_for_condition(&api, "owner", "Successful", "True", WAIT).await;
     assert_eq!(cr.labels().get(SHARD_LABEL).map(String::as_str), Some("replica-a"));

@@ -13,6 +13,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use support::hosts::{self, Host};
 use support::operator::{Operator, OperatorConfig};
+use support::setup::Test;
 
 const GROUP: &str = "ssh.test.example.com";
 const WAIT: Duration = Duration::from_secs(180);
@@ -35,11 +36,8 @@ struct Setup {
 /// A namespace, the CRDs of `kinds`, and an operator on `watches`.
 async fn setup(prefix: &str, kinds: &[&str], watches: &str) -> Setup {
     hosts::hosts();
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, prefix).await;
-    for kind in kinds {
-        support::install_crd(&client, &support::crd(GROUP, kind, true)).await;
-    }
+    let test = kinds.iter().fold(Test::setup(prefix), |test, kind| test.kind(GROUP, kind));
+    let Test { client, ns, api: _ } = test.build().await;
     let operator = OperatorConfig::new(watches, &ns.name).start();
     Setup { client, ns, operator }
 }

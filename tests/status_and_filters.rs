@@ -8,6 +8,7 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use serde_json::{Value, json};
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
 const KIND: &str = "StatusFilter";
@@ -40,12 +41,9 @@ fn assert_playbook_status(object: &DynamicObject) {
 
 #[tokio::test]
 async fn without_manage_status_only_the_playbooks_k8s_status_reaches_the_cr() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "status-unmanaged").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("status-unmanaged").kind(GROUP, KIND).build().await;
     let watches = watches("k8s_status.yml", "  manageStatus: false\n");
     let operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "self-reported", json!({"size": 3})).await;
     support::wait_for("the reconcile to finish", WAIT, || async {
@@ -61,11 +59,8 @@ async fn without_manage_status_only_the_playbooks_k8s_status_reaches_the_cr() {
 
 #[tokio::test]
 async fn k8s_status_keys_and_conditions_survive_the_operators_condition_writes() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "status-managed").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("status-managed").kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(&watches("k8s_status.yml", ""), &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "both", json!({"size": 3})).await;
     let done = support::wait_for_condition(&api, "both", "Successful", "True", WAIT).await;
@@ -78,12 +73,9 @@ async fn k8s_status_keys_and_conditions_survive_the_operators_condition_writes()
 
 #[tokio::test]
 async fn cr_without_the_selected_label_is_never_run() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "filter-selector").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("filter-selector").kind(GROUP, KIND).build().await;
     let watches = watches("marker.yml", "  selector:\n    matchLabels:\n      tier: selected\n");
     let _operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
 
     support::create_cr(&api, GROUP, KIND, "unlabelled", json!({})).await;
     let labelled = json!({"name": "labelled", "labels": {"tier": "selected"}});
@@ -97,13 +89,11 @@ async fn cr_without_the_selected_label_is_never_run() {
 
 #[tokio::test]
 async fn operator_watching_one_namespace_leaves_crs_in_another_alone() {
-    let client = support::client().await;
-    let watched = support::TestNamespace::new(&client, "filter-watched").await;
+    let Test { client, ns: watched, api: watched_api } =
+        Test::setup("filter-watched").kind(GROUP, KIND).build().await;
     let other = support::TestNamespace::new(&client, "filter-other").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
     let _operator = OperatorConfig::new(&watches("marker.yml", ""), &watched.name).start();
     let other_api = support::cr_api(&client, GROUP, KIND, &other.name);
-    let watched_api = support::cr_api(&client, GROUP, KIND, &watched.name);
 
     support::create_cr(&other_api, GROUP, KIND, "elsewhere", json!({})).await;
     support::create_cr(&watched_api, GROUP, KIND, "here", json!({})).await;

@@ -11,6 +11,7 @@ use futures::future::join_all;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::json;
 use support::operator::OperatorConfig;
+use support::setup::Test;
 
 const GROUP: &str = "storm.test.example.com";
 const KIND: &str = "Validated";
@@ -33,15 +34,12 @@ fn errors(port: u16) -> Option<f64> {
 
 #[tokio::test]
 async fn two_hundred_failing_crs_retry_within_the_rate_limit_and_all_converge_once_fixed() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "storm").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client: _, ns, api } = Test::setup("storm").kind(GROUP, KIND).build().await;
     let port = support::free_port();
     let _operator = OperatorConfig::new(&support::playbook_watch(GROUP, KIND, "validate.yml"), &ns.name)
         .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
         .arg("--max-concurrent-reconciles=4")
         .start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     let names: Vec<String> = (0..CRS).map(|i| format!("cr-{i:03}")).collect();
     for chunk in names.chunks(20) {
         join_all(chunk.iter().map(|name| support::create_cr(&api, GROUP, KIND, name, json!({"size": -1}))))
@@ -71,14 +69,7 @@ async fn two_hundred_failing_crs_retry_within_the_rate_limit_and_all_converge_on
     }
     support::wait_for("every CR to converge", WAIT, || async {
         let list = api.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
-        let converged = list
-            .items
-            .iter()
-            .filter(|cr| {
-                support::condition(cr, "Successful")
-                    .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == 2)
-            })
-            .count();
+        let converged = list.items.iter().filter(|cr| support::successful_at(cr, 2)).count();
         Ok(if converged == CRS { Ok(()) } else { Err(format!("{converged} of {CRS} converged")) })
     })
     .await;

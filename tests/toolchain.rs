@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use support::operator::{OperatorConfig, command, venv};
+use support::setup::Test;
 
 const GROUP: &str = "toolchain.test.example.com";
 const KIND: &str = "Habit";
@@ -42,12 +43,9 @@ fn the_default_toolchain_is_upstreams_base_image_line() {
 
 #[tokio::test]
 async fn a_number_as_condition_and_a_one_expression_value_work_as_on_upstreams_image() {
-    let client = support::client().await;
-    let ns = support::TestNamespace::new(&client, "toolchain-habits").await;
-    support::install_crd(&client, &support::crd(GROUP, KIND, true)).await;
+    let Test { client, ns, api } = Test::setup("toolchain-habits").kind(GROUP, KIND).build().await;
     let watches = support::playbook_watch(GROUP, KIND, "upstream_image_habits.yml");
     let _operator = OperatorConfig::new(&watches, &ns.name).start();
-    let api = support::cr_api(&client, GROUP, KIND, &ns.name);
     support::create_cr(&api, GROUP, KIND, "habits", json!({})).await;
     support::wait_for_condition(&api, "habits", "Successful", "True", Duration::from_secs(180)).await;
     let data = support::configmaps::data(&client, &ns.name, "habits-count").await.expect("ConfigMap written");

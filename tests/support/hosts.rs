@@ -35,6 +35,11 @@ impl Host {
         json!({"name": self.name, "address": self.address, "port": self.port, "user": self.user})
     }
 
+    /// Hosts as a CR's `spec.hosts` (or any list of hosts in a spec).
+    pub fn specs(hosts: &[&Host]) -> Value {
+        Value::Array(hosts.iter().map(|h| h.spec()).collect())
+    }
+
     /// A path inside the host's home directory.
     pub fn file(&self, relative: &str) -> PathBuf {
         self.home.join(relative)

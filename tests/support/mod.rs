@@ -7,9 +7,11 @@
 
 pub mod api;
 pub mod configmaps;
+pub mod etcd;
 pub mod hosts;
 pub mod node;
 pub mod operator;
+pub mod setup;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -254,6 +256,35 @@ pub async fn wait_for_condition(
     .await
 }
 
+/// Whether the CR's `Successful` condition is True for generation `generation`.
+pub fn successful_at(object: &DynamicObject, generation: i64) -> bool {
+    condition(object, "Successful")
+        .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+}
+
+/// Whether the CR's last run succeeded on its current generation.
+pub fn converged(object: &DynamicObject) -> bool {
+    successful_at(object, object.metadata.generation.unwrap_or_default())
+}
+
+/// Waits until generation `generation` of the CR is Successful, and returns the CR.
+pub async fn wait_for_generation(
+    api: &Api<DynamicObject>,
+    name: &str,
+    generation: i64,
+    timeout: Duration,
+) -> DynamicObject {
+    wait_for(&format!("{name} generation {generation} to succeed"), timeout, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        Ok(if successful_at(&object, generation) {
+            Ok(object)
+        } else {
+            Err(format!("status {}", object.data["status"]))
+        })
+    })
+    .await
+}
+
 /// Waits until the object no longer exists.
 pub async fn wait_for_absent<K>(api: &Api<K>, name: &str, timeout: Duration)
 where
@@ -356,9 +387,18 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    kubectl_at(kubeconfig(), args)
+}
+
+/// kubectl against the cluster of another kubeconfig.
+pub fn kubectl_at<I, S>(kubeconfig: &Path, args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     Command::new(repo().join(".local/bin/kubectl"))
         .arg("--kubeconfig")
-        .arg(kubeconfig())
+        .arg(kubeconfig)
         .args(args)
         .output()
         .expect("run kubectl")
@@ -372,11 +412,16 @@ where
 {
     let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
     let output = kubectl(&args);
-    assert!(
-        output.status.success(),
-        "kubectl {args:?} failed: {}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "kubectl {args:?} failed: {}", describe_output(&output));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A command's exit status, stdout and stderr, for failure messages.
+pub fn describe_output(output: &Output) -> String {
+    format!(
+        "{}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
