@@ -4,6 +4,7 @@
 pub mod active;
 pub mod artifacts;
 pub mod event;
+pub mod fs;
 pub mod input_dir;
 pub mod leftovers;
 mod log_events;
