@@ -4,7 +4,7 @@
 use crate::cli::LogEvents;
 use crate::outcome::Outcome;
 use crate::runner::Settings;
-use crate::runner::event::JobEvent;
+use crate::job_event::JobEvent;
 
 /// Logs the events of one run; the caller's span carries the CR and job.
 pub struct Logger {
