@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::go_duration;
+use crate::logging::LogArgs;
+use crate::runner::LogEvents;
 
 /// `ansible-operator`: run Ansible playbooks and roles as a Kubernetes operator.
 #[derive(Debug, Parser)]
@@ -28,28 +30,6 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print the version.
     Version,
-}
-
-/// How much of Ansible's event stream goes to the operator's log (`--ansible-log-events`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-#[value(rename_all = "PascalCase")]
-pub enum LogEvents {
-    /// Log nothing.
-    Nothing,
-    /// Log task starts, debug output and failures.
-    #[default]
-    Tasks,
-    /// Log every event.
-    Everything,
-}
-
-/// Log encoder (`--zap-encoder`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogEncoder {
-    /// One JSON object a line (production default).
-    Json,
-    /// Human-readable lines (development default).
-    Console,
 }
 
 /// Flags of `ansible-operator run`.
@@ -241,31 +221,6 @@ pub struct RunArgs {
     /// Logging flags, named as controller-runtime's zap flags.
     #[command(flatten)]
     pub log: LogArgs,
-}
-
-/// controller-runtime's zap logging flags, mapped onto `tracing`.
-#[derive(Debug, Args, Clone)]
-pub struct LogArgs {
-    /// Development mode: console output at debug level.
-    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_DEVEL", default_value = "false", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub zap_devel: bool,
-
-    /// Log encoding: json or console.
-    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_ENCODER")]
-    pub zap_encoder: Option<LogEncoder>,
-
-    /// Log level: debug, info, error, or an integer verbosity (1 = debug).
-    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_LOG_LEVEL")]
-    pub zap_log_level: Option<String>,
-
-    /// Accepted for compatibility; stack traces are not printed.
-    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_STACKTRACE_LEVEL", hide = true)]
-    pub zap_stacktrace_level: Option<String>,
-
-    /// Accepted for compatibility; timestamps are RFC 3339.
-    #[arg(long, env = "ANSIBLE_OPERATOR_ZAP_TIME_ENCODING", hide = true)]
-    pub zap_time_encoding: Option<String>,
 }
 
 #[cfg(test)]

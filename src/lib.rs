@@ -14,6 +14,7 @@ pub mod go_duration;
 pub mod health;
 pub mod history;
 pub mod http_server;
+pub mod job_event;
 pub mod kubeapi;
 pub mod leader;
 pub mod logging;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::go_duration;
-use crate::runner::event::JobEvent;
+use crate::job_event::JobEvent;
 
 /// Message upstream uses when a failed task has no `msg`.
 const UNKNOWN_FAILURE: &str = "unknown playbook failure";

@@ -1,14 +1,14 @@
 //! Log output: `tracing` subscriber set up from controller-runtime's zap flags.
 
+mod flags;
 mod zap_json;
 
+pub use flags::{LogArgs, LogEncoder};
 pub use zap_json::ZapJsonLayer;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-
-use crate::cli::{LogArgs, LogEncoder};
 
 /// Installs the global subscriber. Zap-style JSON lines at info level by default; `--zap-devel`
 /// switches to console output at debug level, as controller-runtime does. `RUST_LOG` overrides the

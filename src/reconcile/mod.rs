@@ -732,10 +732,10 @@ fn proxy_credential(
         blacklist: watch.blacklist.clone(),
         touched: Default::default(),
     })?;
-    crate::runner::input_dir::create_private_dir(&spec.dir)?;
+    crate::runner::fs::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");
     let text = crate::proxy::kubeconfig::render(proxy.port(), &issued.token, object.namespace().as_deref());
-    crate::runner::input_dir::write_private(&path, text)?;
+    crate::runner::fs::write_private(&path, text)?;
     let value = Value::from(path.display().to_string());
     spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
     spec.env_vars.insert("KUBECONFIG".into(), value);

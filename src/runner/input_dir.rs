@@ -3,12 +3,13 @@
 //! 0700, files 0600 (extra vars and kubeconfigs hold what the CR's author may not read).
 
 use std::ffi::OsString;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::fs::{create_private_dir, remove_if_present, write_private};
 use super::ssh::Ssh;
 use crate::watches::Target;
 
@@ -158,18 +159,6 @@ fn check_owner(dir: &Path, owner: u32, uid: u32) -> Result<(), RootError> {
     }
 }
 
-/// `create_dir_all`, each directory it creates 0700.
-pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
-    std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir)
-}
-
-/// Writes a new file, 0600 from its creation on (an earlier one is replaced, whatever its mode).
-pub(crate) fn write_private(path: &Path, contents: impl AsRef<[u8]>) -> io::Result<()> {
-    remove_if_present(path)?;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    file.write_all(contents.as_ref())
-}
-
 /// Writes the data directory for a run (files the runner reads; artifacts are its own).
 pub fn write(spec: &RunSpec) -> io::Result<()> {
     let env = spec.dir.join("env");
@@ -218,14 +207,6 @@ pub fn link_latest(spec: &RunSpec) -> io::Result<()> {
 fn write_json(path: &Path, value: &Map<String, Value>) -> io::Result<()> {
     let text = serde_json::to_vec(value).map_err(io::Error::other)?;
     write_private(path, text)
-}
-
-/// Removes a file; one that is not there is fine.
-pub(super) fn remove_if_present(path: &Path) -> io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-        _ => Ok(()),
-    }
 }
 
 fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {

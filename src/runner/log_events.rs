@@ -1,10 +1,24 @@
 //! Ansible task progress in the operator's log, per `--ansible-log-events` (upstream §4.3), with
 //! structured fields. Task arguments and results are not logged: they may carry secrets.
 
-use crate::cli::LogEvents;
+use clap::ValueEnum;
+
+use crate::job_event::JobEvent;
 use crate::outcome::Outcome;
 use crate::runner::Settings;
-use crate::runner::event::JobEvent;
+
+/// How much of Ansible's event stream goes to the operator's log (`--ansible-log-events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+#[value(rename_all = "PascalCase")]
+pub enum LogEvents {
+    /// Log nothing.
+    Nothing,
+    /// Log task starts, debug output and failures.
+    #[default]
+    Tasks,
+    /// Log every event.
+    Everything,
+}
 
 /// Logs the events of one run; the caller's span carries the CR and job.
 pub struct Logger {

@@ -4,6 +4,7 @@
 pub mod active;
 pub mod artifacts;
 pub mod event;
+pub mod fs;
 pub mod input_dir;
 pub mod leftovers;
 mod log_events;
@@ -18,8 +19,8 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 pub use input_dir::{Inventory, RunSpec};
+pub use log_events::LogEvents;
 
-use crate::cli::LogEvents;
 use crate::executor::{self, Launch, Launcher};
 use crate::go_duration;
 use crate::history::live::Registration;

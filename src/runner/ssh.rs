@@ -9,7 +9,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
-use super::input_dir::{remove_if_present, write_private};
+use super::fs::{remove_if_present, write_private};
 use crate::watches::HostKeyChecking;
 
 /// A private key; never printed.

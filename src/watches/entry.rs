@@ -121,7 +121,7 @@ impl Entry {
         let extensions = extensions::read(&mut fields, &at, env, &mut unknown)?;
 
         let target = paths::resolve(&playbook, &role, env)
-            .map_err(|unresolved| path_error(&at, ("playbook", "role"), unresolved))?;
+            .map_err(|unresolved| unresolved.into_error(&at, ("playbook", "role")))?;
         let mut finalizer_warnings = Vec::new();
         let finalizer = match finalizer_map {
             Some(map) => Some(finalizer(map, &at, env, &mut unknown, &mut finalizer_warnings)?),
@@ -212,14 +212,14 @@ fn finalizer(
             return Err(Error::FinalizerAction { at: at.boxed(), name });
         }
         Err(Unresolved::Neither) => None,
-        Err(unresolved) if vars.is_empty() => return Err(path_error(at, FINALIZER_FIELDS, unresolved)),
+        Err(unresolved) if vars.is_empty() => return Err(unresolved.into_error(at, FINALIZER_FIELDS)),
         Err(unresolved) => {
             let kept = match &unresolved {
                 Unresolved::PlaybookNotFound(path) => Some(Target::Playbook(path.clone())),
                 Unresolved::RoleNotFound { tried, .. } => tried.last().cloned().map(Target::Role),
                 Unresolved::Neither => None,
             };
-            let error = path_error(at, FINALIZER_FIELDS, unresolved);
+            let error = unresolved.into_error(at, FINALIZER_FIELDS);
             warnings.push(format!("{error}; finalizer {name:?} will fail until it exists"));
             kept
         }
@@ -228,24 +228,6 @@ fn finalizer(
 }
 
 const FINALIZER_FIELDS: (&str, &str) = ("finalizer.playbook", "finalizer.role");
-
-/// The error for a playbook or role that names nothing runnable; `fields` are the names of the
-/// playbook and role fields it came from.
-pub(super) fn path_error(
-    at: &EntryRef,
-    fields: (&'static str, &'static str),
-    unresolved: Unresolved,
-) -> Error {
-    match unresolved {
-        Unresolved::PlaybookNotFound(path) => {
-            Error::PlaybookNotFound { at: at.boxed(), field: fields.0, path }
-        }
-        Unresolved::RoleNotFound { role, tried } => {
-            Error::RoleNotFound { at: at.boxed(), field: fields.1, role, tried }
-        }
-        Unresolved::Neither => Error::NoTarget { at: at.boxed() },
-    }
-}
 
 /// The warning for a key upstream would silently ignore, with a hint for the settings people
 /// commonly try to put in watches.yaml.

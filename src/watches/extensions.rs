@@ -110,6 +110,6 @@ fn resolve(
 ) -> Result<super::Target, Error> {
     paths::resolve(playbook, role, env).map_err(|unresolved| match unresolved {
         paths::Unresolved::Neither => Error::PrecheckTarget { at: at.boxed() },
-        unresolved => super::entry::path_error(at, field_names, unresolved),
+        unresolved => unresolved.into_error(at, field_names),
     })
 }

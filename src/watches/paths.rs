@@ -2,6 +2,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::error::{EntryRef, Error};
 use super::{Environment, Target};
 
 /// Why a playbook/role pair names nothing runnable.
@@ -13,6 +14,22 @@ pub(super) enum Unresolved {
     RoleNotFound { role: String, tried: Vec<PathBuf> },
     /// Neither a playbook nor a role was given.
     Neither,
+}
+
+impl Unresolved {
+    /// The error for a playbook or role that names nothing runnable; `fields` are the names of the
+    /// playbook and role fields it came from.
+    pub(super) fn into_error(self, at: &EntryRef, fields: (&'static str, &'static str)) -> Error {
+        match self {
+            Unresolved::PlaybookNotFound(path) => {
+                Error::PlaybookNotFound { at: at.boxed(), field: fields.0, path }
+            }
+            Unresolved::RoleNotFound { role, tried } => {
+                Error::RoleNotFound { at: at.boxed(), field: fields.1, role, tried }
+            }
+            Unresolved::Neither => Error::NoTarget { at: at.boxed() },
+        }
+    }
 }
 
 /// Resolves a `playbook`/`role` pair (empty strings count as absent); the playbook wins if both are set.
