@@ -17,28 +17,9 @@ use std::sync::Arc;
 use tokio::io::AsyncRead;
 use tokio::process::{Child, Command};
 
+pub use crate::executor_mode::Executor;
 use crate::metrics::Metrics;
 pub use worker::Worker;
-
-/// Which executor runs Ansible (`--ansible-executor`, the watch key `executor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Executor {
-    /// Forked from the supervised Python worker that has Ansible imported already.
-    #[default]
-    Warm,
-    /// A new `ansible-runner` process per run.
-    Cold,
-}
-
-impl Executor {
-    /// The name used in flags, watches.yaml, logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Executor::Warm => "warm",
-            Executor::Cold => "cold",
-        }
-    }
-}
 
 /// One run to start: ansible-runner with these arguments, in the operator's environment plus `env`.
 #[derive(Debug)]

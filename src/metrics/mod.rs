@@ -301,7 +301,7 @@ impl Metrics {
     }
 
     /// Counts a playbook run by the executor that ran it.
-    pub fn executor_run(&self, executor: crate::executor::Executor) {
+    pub fn executor_run(&self, executor: crate::executor_mode::Executor) {
         self.instruments.executor_runs.get_or_create(&[("executor", executor.as_str().to_string())]).inc();
     }
 
