@@ -326,7 +326,10 @@ mod tests {
     #[test]
     fn the_executor_is_warm_or_cold() {
         assert_eq!(run(&["--ansible-executor=cold"]).ansible_executor, crate::executor_mode::Executor::Cold);
-        assert_eq!(run(&["--ansible-executor", "WARM"]).ansible_executor, crate::executor_mode::Executor::Warm);
+        assert_eq!(
+            run(&["--ansible-executor", "WARM"]).ansible_executor,
+            crate::executor_mode::Executor::Warm
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! runner and the metrics share (a leaf, so none of them imports another for it).
 
 /// Which executor runs Ansible (`--ansible-executor`, the watch key `executor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Executor {
     /// Forked from the supervised Python worker that has Ansible imported already.
     #[default]
