@@ -184,7 +184,7 @@ pub struct RunArgs {
     /// (falling back to `cold` per run when a run cannot be made identical), `cold` starts
     /// `ansible-runner` anew for every run. A watch may choose with its `executor` key.
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR", default_value = "warm", ignore_case = true)]
-    pub ansible_executor: crate::executor::Executor,
+    pub ansible_executor: crate::executor_mode::Executor,
 
     /// Evaluate Jinja templates in CR strings, as upstream does (by default a CR string holding
     /// `{{`, `{%` or `{#` reaches Ansible as unsafe text). A watch's `trustCRTemplates` wins.
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(args.leader_elect_renew_deadline, Duration::from_secs(10));
         assert_eq!(args.graceful_shutdown_timeout, Duration::from_secs(30));
         assert_eq!(args.ansible_log_events, LogEvents::Tasks);
-        assert_eq!(args.ansible_executor, crate::executor::Executor::Warm);
+        assert_eq!(args.ansible_executor, crate::executor_mode::Executor::Warm);
         assert_eq!(args.ansible_run_timeout, Duration::ZERO, "no run timeout");
         assert!(!args.sharding, "sharding is off by default");
         assert_eq!(args.sharding_ring, None);
@@ -280,8 +280,11 @@ mod tests {
 
     #[test]
     fn the_executor_is_warm_or_cold() {
-        assert_eq!(run(&["--ansible-executor=cold"]).ansible_executor, crate::executor::Executor::Cold);
-        assert_eq!(run(&["--ansible-executor", "WARM"]).ansible_executor, crate::executor::Executor::Warm);
+        assert_eq!(run(&["--ansible-executor=cold"]).ansible_executor, crate::executor_mode::Executor::Cold);
+        assert_eq!(
+            run(&["--ansible-executor", "WARM"]).ansible_executor,
+            crate::executor_mode::Executor::Warm
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod controller;
 pub mod decoded;
 pub mod executor;
+pub mod executor_mode;
 pub mod go_duration;
 pub mod health;
 pub mod history;

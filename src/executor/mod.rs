@@ -5,72 +5,24 @@
 //! stdout and stderr, and its exit, so nothing downstream (events, status, metrics) can tell which
 //! executor ran.
 
+mod connection;
+mod follow;
+mod launch;
 pub mod protocol;
 mod seqpacket;
 pub mod worker;
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
 use tokio::io::AsyncRead;
 use tokio::process::{Child, Command};
 
+pub use crate::executor_mode::Executor;
 use crate::metrics::Metrics;
+pub use launch::{Exit, Launch};
 pub use worker::Worker;
-
-/// Which executor runs Ansible (`--ansible-executor`, the watch key `executor`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Executor {
-    /// Forked from the supervised Python worker that has Ansible imported already.
-    #[default]
-    Warm,
-    /// A new `ansible-runner` process per run.
-    Cold,
-}
-
-impl Executor {
-    /// The name used in flags, watches.yaml, logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Executor::Warm => "warm",
-            Executor::Cold => "cold",
-        }
-    }
-}
-
-/// One run to start: ansible-runner with these arguments, in the operator's environment plus `env`.
-#[derive(Debug)]
-pub struct Launch<'a> {
-    /// The run's id (its ansible-runner ident).
-    pub id: &'a str,
-    /// The `ansible-runner` program.
-    pub program: &'a Path,
-    /// Its arguments.
-    pub argv: Vec<OsString>,
-    /// Variables added to the operator's environment.
-    pub env: Vec<(String, String)>,
-}
-
-/// How a run's process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Exit {
-    /// The exit status, when it exited.
-    pub code: Option<i32>,
-    /// The signal that ended it, when one did.
-    pub signal: Option<i32>,
-    /// The signal that ended its `ansible-playbook`, when the executor saw one (the warm worker
-    /// does; a cold run's ansible-runner keeps it to itself).
-    pub playbook_signal: Option<i32>,
-}
-
-impl From<std::process::ExitStatus> for Exit {
-    fn from(status: std::process::ExitStatus) -> Self {
-        use std::os::unix::process::ExitStatusExt;
-        Exit { code: status.code(), signal: status.signal(), playbook_signal: None }
-    }
-}
 
 /// Why a run could not start or be followed to its end.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +62,7 @@ pub struct Started {
 
 enum Waiter {
     Child(Child),
-    Worker(worker::RunHandle),
+    Worker(connection::RunHandle),
 }
 
 impl Started {
@@ -150,7 +102,7 @@ impl Launcher {
         if chosen.unwrap_or(self.default) == Executor::Warm {
             match &self.worker {
                 Some(worker) => match worker.start(&launch).await {
-                    Ok(started) => return Ok(started),
+                    Ok(run) => return Ok(warm(run)),
                     Err(worker::Error::Unavailable { reason }) => {
                         tracing::debug!(reason, "the warm worker is not available: running cold");
                         self.metrics.executor_fallback("worker_unavailable");
@@ -162,6 +114,17 @@ impl Launcher {
         }
         self.metrics.executor_run(Executor::Cold);
         start_cold(launch)
+    }
+}
+
+/// A run the worker forked.
+fn warm(run: connection::WarmRun) -> Started {
+    Started {
+        pid: run.pid,
+        stdout: Box::new(run.stdout),
+        stderr: Box::new(run.stderr),
+        executor: Executor::Warm,
+        waiter: Waiter::Worker(run.handle),
     }
 }
 

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::executor_mode::Executor;
+
 /// Operator → worker: start a run. The run's stdout and stderr travel with it as descriptors.
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename = "run")]
@@ -53,11 +55,12 @@ pub enum Message {
     Mode {
         /// The run.
         id: String,
-        /// `warm`, or `cold` when it falls back to exec'ing ansible-playbook.
-        mode: String,
-        /// Why not warm.
+        /// Warm, or cold when it falls back to exec'ing ansible-playbook (`mode` on the wire).
+        #[serde(rename = "mode")]
+        executor: Executor,
+        /// Why not warm (empty when warm).
         #[serde(default)]
-        reason: String,
+        reason: Reason,
     },
     /// A run's playbook process ended (ansible-runner records only its exit status).
     PlaybookEnded {
@@ -75,6 +78,66 @@ pub enum Message {
         /// The signal that ended it, when one did.
         signal: Option<i32>,
     },
+}
+
+/// Why a run's playbook does not run warm: the worker's words, and the kind of reason they name.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(from = "String")]
+pub struct Reason {
+    /// The kind, for the fallback metric's label.
+    pub fallback: Fallback,
+    /// The worker's explanation, for the log.
+    pub text: String,
+}
+
+impl From<String> for Reason {
+    fn from(text: String) -> Self {
+        Reason { fallback: Fallback::of(&text), text }
+    }
+}
+
+/// The kinds of reason a warm run falls back to cold (few, so they can label a metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fallback {
+    /// Ansible settings read at import differ for the run.
+    Settings,
+    /// Variables Python reads at start-up differ for the run.
+    Environment,
+    /// The run's ansible-playbook runs on another interpreter.
+    Interpreter,
+    /// ansible-runner runs something other than ansible-playbook, or cannot find it.
+    Command,
+    /// Anything else (the worker's decision failed).
+    #[default]
+    Other,
+}
+
+impl Fallback {
+    /// The kind of `reason`, as the worker words it (`worker/ansible_operator_worker/playbook.py`).
+    fn of(reason: &str) -> Self {
+        if reason.starts_with("Ansible settings") {
+            Fallback::Settings
+        } else if reason.starts_with("variables Python reads") {
+            Fallback::Environment
+        } else if reason.contains(" runs on ") {
+            Fallback::Interpreter
+        } else if reason.starts_with("ansible-runner") || reason.contains("not on PATH") {
+            Fallback::Command
+        } else {
+            Fallback::Other
+        }
+    }
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Settings => "settings",
+            Fallback::Environment => "environment",
+            Fallback::Interpreter => "interpreter",
+            Fallback::Command => "command",
+            Fallback::Other => "other",
+        }
+    }
 }
 
 /// Versions the worker reports.
@@ -106,6 +169,41 @@ mod tests {
             serde_json::from_str(r#"{"type":"playbook_ended","id":"1","code":null,"signal":9}"#).unwrap();
         assert_eq!(ended, Message::PlaybookEnded { id: "1".into(), signal: Some(9) });
         assert!(serde_json::from_str::<Message>(r#"{"type":"surprise"}"#).is_err());
+    }
+
+    #[test]
+    fn mode_messages_decode_to_an_executor_and_a_reason() {
+        let warm: Message =
+            serde_json::from_str(r#"{"type":"mode","id":"1","mode":"warm","reason":""}"#).unwrap();
+        assert_eq!(
+            warm,
+            Message::Mode { id: "1".into(), executor: Executor::Warm, reason: Reason::default() }
+        );
+        let text = "ansible-playbook is not on PATH";
+        let cold: Message =
+            serde_json::from_str(&format!(r#"{{"type":"mode","id":"2","mode":"cold","reason":"{text}"}}"#))
+                .unwrap();
+        let reason = Reason { fallback: Fallback::Command, text: text.into() };
+        assert_eq!(cold, Message::Mode { id: "2".into(), executor: Executor::Cold, reason });
+    }
+
+    #[test]
+    fn fallback_reasons_map_to_few_labels() {
+        let fallback_reason = |reason: &str| Fallback::of(reason).as_str();
+        assert_eq!(
+            fallback_reason("Ansible settings copied at import differ from the worker's: DEFAULT_TIMEOUT"),
+            "settings"
+        );
+        assert_eq!(
+            fallback_reason("variables Python reads at start-up differ from the worker's: LANG"),
+            "environment"
+        );
+        assert_eq!(
+            fallback_reason("/x/ansible-playbook runs on /usr/bin/python3, the worker on /v/python"),
+            "interpreter"
+        );
+        assert_eq!(fallback_reason("ansible-runner runs ansible, not ansible-playbook"), "command");
+        assert_eq!(fallback_reason("deciding failed: KeyError"), "other");
     }
 
     #[test]

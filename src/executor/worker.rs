@@ -1,26 +1,23 @@
-//! The warm worker: the Python process (`python -m ansible_operator_worker`) that forks runs,
-//! supervised. It starts with the operator; when it dies, the runs it was serving fail with a clear
+//! The warm worker's supervisor: it keeps the Python process (`python -m ansible_operator_worker`)
+//! that forks runs running, and hands runs to its current [`Connection`]. It starts with the operator; when it dies, the runs it was serving fail with a clear
 //! error (their process trees are ended by the runner as they are dropped) and it is started again
 //! with backoff, new runs going cold meanwhile; it stops with the operator.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io;
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::fcntl::OFlag;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::protocol::{Message, RunRequest, Versions};
+pub use super::connection::Error;
+use super::connection::{Connection, WarmRun};
+use super::launch::Launch;
+use super::protocol::{Message, Versions};
 use super::seqpacket::SeqPacket;
-use super::{Executor, Exit, Launch, Started, Waiter};
 use crate::metrics::Metrics;
 
 /// How long the worker may take to import everything and say it is ready.
@@ -43,31 +40,6 @@ pub struct Config {
     /// The worker's working directory (where Ansible looks for an ansible.cfg at import): the
     /// runner directory, like the runs' own.
     pub cwd: PathBuf,
-}
-
-/// Why a warm run did not happen.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The worker is starting again, or cannot start: the run goes cold.
-    #[error("the warm worker is not available: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-    /// The worker ended while the run was in flight.
-    #[error("the warm Ansible worker (pid {pid}) ended during the run ({how}); it is being restarted")]
-    Lost {
-        /// The worker's pid.
-        pid: u32,
-        /// How it ended.
-        how: String,
-    },
-    /// The worker could not fork the run.
-    #[error("the warm worker could not start the run: {0}")]
-    SpawnFailed(String),
-    /// Talking to the worker failed.
-    #[error("send the run to the warm worker")]
-    Io(#[source] io::Error),
 }
 
 #[derive(Debug, Clone)]
@@ -105,7 +77,7 @@ impl Worker {
 
     /// Starts a run in the worker. While the worker starts for the first time the run waits for
     /// it; while it restarts, or when it cannot start, [`Error::Unavailable`] sends the run cold.
-    pub async fn start(&self, launch: &Launch<'_>) -> Result<Started, Error> {
+    pub async fn start(&self, launch: &Launch<'_>) -> Result<WarmRun, Error> {
         let mut state = self.state.clone();
         let connection = loop {
             let current = state.borrow_and_update().clone();
@@ -123,200 +95,6 @@ impl Worker {
         };
         connection.start(launch).await
     }
-}
-
-/// A run of the worker, until its process ends.
-pub struct RunHandle {
-    id: String,
-    exited: oneshot::Receiver<Result<Exit, Error>>,
-    connection: Arc<Connection>,
-}
-
-impl RunHandle {
-    /// Waits until the worker reports the run's process ended (or the worker itself did).
-    pub async fn exited(&mut self) -> Result<Exit, Error> {
-        match (&mut self.exited).await {
-            Ok(result) => result,
-            Err(_) => Err(self.connection.lost_error()),
-        }
-    }
-}
-
-impl Drop for RunHandle {
-    fn drop(&mut self) {
-        self.connection.runs().remove(&self.id);
-    }
-}
-
-/// What the operator waits for of one run.
-#[derive(Debug)]
-struct Pending {
-    started: Option<oneshot::Sender<Result<u32, Error>>>,
-    exited: Option<oneshot::Sender<Result<Exit, Error>>>,
-    playbook_signal: Option<i32>,
-}
-
-/// One started worker process.
-#[derive(Debug)]
-struct Connection {
-    socket: SeqPacket,
-    pid: u32,
-    runs: Mutex<HashMap<String, Pending>>,
-    /// How the worker ended, once it has.
-    ended: Mutex<Option<String>>,
-    metrics: Arc<Metrics>,
-}
-
-impl Connection {
-    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.runs.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn lost_error(&self) -> Error {
-        let how = self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        Error::Lost { pid: self.pid, how: how.unwrap_or_else(|| "its connection closed".into()) }
-    }
-
-    async fn start(self: &Arc<Self>, launch: &Launch<'_>) -> Result<Started, Error> {
-        let request = request(launch)?;
-        let (stdout, stdout_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::Io(e.into()))?;
-        let (stderr, stderr_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::Io(e.into()))?;
-        let (started_tx, started) = oneshot::channel();
-        let (exited_tx, exited) = oneshot::channel();
-        self.runs().insert(
-            launch.id.to_string(),
-            Pending { started: Some(started_tx), exited: Some(exited_tx), playbook_signal: None },
-        );
-        // From here the handle takes the run out of `runs` however this ends.
-        let handle = RunHandle { id: launch.id.to_string(), exited, connection: self.clone() };
-        if self.ended.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-            return Err(Error::Unavailable { reason: "the worker has just ended".into() });
-        }
-        let message = serde_json::to_vec(&request).map_err(|e| Error::Io(io::Error::other(e)))?;
-        self.socket.send(&message, &[stdout_w.as_fd(), stderr_w.as_fd()]).await.map_err(Error::Io)?;
-        drop((stdout_w, stderr_w));
-        let pid = match started.await {
-            Ok(result) => result?,
-            Err(_) => return Err(self.lost_error()),
-        };
-        let stdout = pipe::Receiver::from_owned_fd(stdout).map_err(Error::Io)?;
-        let stderr = pipe::Receiver::from_owned_fd(stderr).map_err(Error::Io)?;
-        Ok(Started {
-            pid,
-            stdout: Box::new(stdout),
-            stderr: Box::new(stderr),
-            executor: Executor::Warm,
-            waiter: Waiter::Worker(handle),
-        })
-    }
-
-    /// Delivers what the worker says, until it stops talking.
-    async fn dispatch(self: Arc<Self>) {
-        loop {
-            let bytes = match self.socket.recv().await {
-                Ok(Some(bytes)) => bytes,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(worker_pid = self.pid, %error, "reading from the warm worker failed");
-                    return;
-                }
-            };
-            match serde_json::from_slice::<Message>(&bytes) {
-                Ok(message) => self.deliver(message),
-                Err(error) => {
-                    tracing::warn!(worker_pid = self.pid, %error, "unexpected message from the warm worker")
-                }
-            }
-        }
-    }
-
-    fn deliver(&self, message: Message) {
-        match message {
-            Message::Started { id, pid } => {
-                if let Some(sender) = self.runs().get_mut(&id).and_then(|p| p.started.take()) {
-                    let _ = sender.send(Ok(pid));
-                }
-            }
-            Message::SpawnFailed { id, error } => {
-                if let Some(sender) = self.runs().get_mut(&id).and_then(|p| p.started.take()) {
-                    let _ = sender.send(Err(Error::SpawnFailed(error)));
-                }
-            }
-            Message::Mode { id, mode, reason } => {
-                if mode == "warm" {
-                    self.metrics.executor_run(Executor::Warm);
-                } else {
-                    tracing::debug!(job = id, reason, "the playbook runs cold");
-                    self.metrics.executor_run(Executor::Cold);
-                    self.metrics.executor_fallback(fallback_reason(&reason));
-                }
-            }
-            Message::PlaybookEnded { id, signal } => {
-                if let Some(pending) = self.runs().get_mut(&id) {
-                    pending.playbook_signal = signal;
-                }
-            }
-            Message::Exited { id, code, signal } => {
-                if let Some(pending) = self.runs().get_mut(&id) {
-                    let playbook_signal = pending.playbook_signal;
-                    if let Some(sender) = pending.exited.take() {
-                        let _ = sender.send(Ok(Exit { code, signal, playbook_signal }));
-                    }
-                }
-            }
-            Message::Ready { .. } => {}
-        }
-    }
-
-    /// The worker ended: every run it served fails.
-    fn lose(&self, how: String) {
-        *self.ended.lock().unwrap_or_else(|p| p.into_inner()) = Some(how);
-        let runs: Vec<Pending> = self.runs().drain().map(|(_, pending)| pending).collect();
-        for mut pending in runs {
-            if let Some(sender) = pending.started.take() {
-                let _ = sender.send(Err(self.lost_error()));
-            }
-            if let Some(sender) = pending.exited.take() {
-                let _ = sender.send(Err(self.lost_error()));
-            }
-        }
-    }
-}
-
-/// The metric label for a fallback reason the worker gave (low cardinality).
-fn fallback_reason(reason: &str) -> &'static str {
-    if reason.starts_with("Ansible settings") {
-        "settings"
-    } else if reason.starts_with("variables Python reads") {
-        "environment"
-    } else if reason.contains(" runs on ") {
-        "interpreter"
-    } else if reason.starts_with("ansible-runner") || reason.contains("not on PATH") {
-        "command"
-    } else {
-        "other"
-    }
-}
-
-/// The run request for `launch`: the operator's environment plus the run's, as a cold run gets.
-fn request<'a>(launch: &'a Launch<'_>) -> Result<RunRequest<'a>, Error> {
-    let not_text = |what: &str| Error::Unavailable { reason: format!("{what} is not UTF-8") };
-    let argv = launch
-        .argv
-        .iter()
-        .map(|arg| arg.to_str().map(str::to_string).ok_or_else(|| not_text("an argument")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut env = BTreeMap::new();
-    for (name, value) in std::env::vars_os() {
-        let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else {
-            return Err(not_text("the environment"));
-        };
-        env.insert(name.to_string(), value.to_string());
-    }
-    env.extend(launch.env.iter().cloned());
-    let cwd = std::env::current_dir().map_err(Error::Io)?;
-    let cwd = cwd.to_str().ok_or_else(|| not_text("the working directory"))?.to_string();
-    Ok(RunRequest { id: launch.id, argv, env, cwd })
 }
 
 /// Keeps a worker running until `shutdown`.
@@ -417,13 +195,7 @@ async fn launch(config: &Config, metrics: &Arc<Metrics>) -> Result<(Child, Arc<C
         return Err(format!("its first message was not `ready`: {}", String::from_utf8_lossy(&bytes)));
     };
     log_ready(pid, &versions, preload_seconds, &not_preloaded);
-    let connection = Arc::new(Connection {
-        socket,
-        pid,
-        runs: Mutex::default(),
-        ended: Mutex::default(),
-        metrics: metrics.clone(),
-    });
+    let connection = Connection::new(socket, pid, metrics.clone());
     tokio::spawn(connection.clone().dispatch());
     Ok((child, connection))
 }
@@ -516,24 +288,6 @@ mod tests {
     fn restarts_back_off_up_to_thirty_seconds() {
         let delays: Vec<u64> = (0..9).map(|n| restart_delay(n).as_secs()).collect();
         assert_eq!(delays, [0, 1, 2, 4, 8, 16, 30, 30, 30]);
-    }
-
-    #[test]
-    fn fallback_reasons_map_to_few_labels() {
-        assert_eq!(
-            fallback_reason("Ansible settings copied at import differ from the worker's: DEFAULT_TIMEOUT"),
-            "settings"
-        );
-        assert_eq!(
-            fallback_reason("variables Python reads at start-up differ from the worker's: LANG"),
-            "environment"
-        );
-        assert_eq!(
-            fallback_reason("/x/ansible-playbook runs on /usr/bin/python3, the worker on /v/python"),
-            "interpreter"
-        );
-        assert_eq!(fallback_reason("ansible-runner runs ansible, not ansible-playbook"), "command");
-        assert_eq!(fallback_reason("deciding failed: KeyError"), "other");
     }
 
     #[test]

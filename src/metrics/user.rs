@@ -404,9 +404,9 @@ mod tests {
 
     use serde_json::json;
 
-    use super::super::exposition::{types, value};
     use super::*;
     use crate::http_server::test_client::{listener, request};
+    use crate::metrics::test_support::{types, value};
 
     fn apply(metrics: &mut UserMetrics, request: Value) -> Result<(), UserMetricError> {
         metrics.apply_at(&request, UNIX_EPOCH + Duration::from_secs(1_700_000_000))

@@ -39,7 +39,7 @@ pub struct RunSpec {
     /// Key, known_hosts and host key policy for runs that reach hosts over SSH.
     pub ssh: Option<Ssh>,
     /// The watch's `executor`; `None` runs on `--ansible-executor`.
-    pub executor: Option<crate::executor::Executor>,
+    pub executor: Option<crate::executor_mode::Executor>,
     /// Longest the run may take before its process tree is ended; `None`: no limit.
     pub timeout: Option<std::time::Duration>,
 }

@@ -4,6 +4,7 @@
 pub mod active;
 pub mod artifacts;
 pub mod event;
+mod follow;
 pub mod fs;
 pub mod input_dir;
 pub mod leftovers;
@@ -26,7 +27,6 @@ use crate::go_duration;
 use crate::history::live::Registration;
 use crate::outcome::Outcome;
 use active::ActiveRuns;
-use event::Line;
 use process::ProcessTree;
 
 /// Lines of non-event output kept to explain a run that produced no stats.
@@ -205,31 +205,18 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
     let stdout = std::mem::replace(&mut started.stdout, Box::new(tokio::io::empty()));
     let stderr = std::mem::replace(&mut started.stderr, Box::new(tokio::io::empty()));
 
-    let mut outcome = Outcome::default();
-    let mut output = VecDeque::new();
+    let mut follower = follow::Follower::new(settings.debug_logs);
     let mut logger = log_events::Logger::new(settings);
     let mut stderr_lines = VecDeque::new();
-    let mut transcript = settings.debug_logs.then(String::new);
     let mut timed_out = false;
     let (_, _, status) = tokio::join!(
         read_lines(stdout, MAX_LINE, |line| {
-            let line = Line::parse(&line);
-            if let (Some(live), Some(text)) = (live, line.readable()) {
-                live.write(&strip_ansi(text));
+            let step = follower.handle(&line);
+            if let (Some(live), Some(text)) = (live, step.live) {
+                live.write(&text);
             }
-            match line {
-                Line::Event(event) => {
-                    logger.log(&event);
-                    if let Some(transcript) = transcript.as_mut().filter(|_| !event.stdout.is_empty()) {
-                        transcript.push_str(&strip_ansi(&event.stdout));
-                        transcript.push('\n');
-                    }
-                    if matches!(event.event.as_str(), "verbose" | "error") {
-                        push_bounded(&mut output, strip_ansi(event.stdout.trim_end()));
-                    }
-                    outcome.observe(&event);
-                }
-                Line::Text(text) => push_bounded(&mut output, strip_ansi(&text)),
+            if let Some(event) = step.event {
+                logger.log(&event);
             }
         }),
         read_lines(stderr, MAX_LINE, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
@@ -258,6 +245,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         },
     );
     let exit = status?;
+    let follow::Follower { outcome, mut output, transcript } = follower;
     tree.root_exited();
     drop(tree);
     logger.finish(&outcome);

@@ -10,7 +10,7 @@ use super::error::{EntryRef, Error};
 use super::fields::Fields;
 use super::paths;
 use super::{Environment, Extensions, HostKeyChecking};
-use crate::executor::Executor;
+use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.

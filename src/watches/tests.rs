@@ -309,7 +309,7 @@ fn extension_keys_are_read_without_warnings() {
     assert_eq!(extensions.ssh_key_secret.as_deref(), Some("{{ spec.keySecret }}"));
     assert_eq!(extensions.host_key_checking, HostKeyChecking::AcceptNew);
     assert_eq!(extensions.precheck, Some(Target::Playbook(dir.path().join("playbook.yml"))));
-    assert_eq!(extensions.executor, Some(crate::executor::Executor::Cold));
+    assert_eq!(extensions.executor, Some(crate::executor_mode::Executor::Cold));
     assert_eq!(extensions.run_history_limit, Some(3));
     assert_eq!(extensions.trust_cr_templates, Some(true));
     assert_eq!(extensions.trust_cr_variables, Some(true));
@@ -352,7 +352,7 @@ fn an_executor_other_than_warm_or_cold_stops_the_load() {
     let (_dir, env) = project();
     assert_eq!(
         one(&memcached("  role: memcached\n  executor: warm\n"), &env).extensions.executor,
-        Some(crate::executor::Executor::Warm)
+        Some(crate::executor_mode::Executor::Warm)
     );
     assert_eq!(one(&memcached("  role: memcached\n"), &env).extensions.executor, None);
     let err = parse_err(&memcached("  role: memcached\n  executor: hot\n"), &env);

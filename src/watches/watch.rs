@@ -50,7 +50,7 @@ pub struct Extensions {
     /// `precheck`: a playbook or role run before the main target against the same inventory.
     pub precheck: Option<Target>,
     /// `executor`: `warm` or `cold` for this kind; `None` follows `--ansible-executor`.
-    pub executor: Option<crate::executor::Executor>,
+    pub executor: Option<crate::executor_mode::Executor>,
     /// `runHistoryLimit`: run records kept per CR of this kind (0: none); `None` follows
     /// `--run-history-limit`.
     pub run_history_limit: Option<usize>,

@@ -1,0 +1,99 @@
+//! The run budget's metrics: ansible-runner processes running now, and reconciles waiting for
+//! the budget, each held up by a drop guard.
+
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+pub(super) const RUNS_IN_FLIGHT: &str = "ansible_operator_runs_in_flight";
+pub(super) const RUNS_WAITING: &str = "ansible_operator_runs_waiting";
+
+/// The run budget's gauges, registered once.
+#[derive(Debug, Clone)]
+pub struct RunMetrics {
+    in_flight: Gauge,
+    waiting: Gauge,
+}
+
+impl RunMetrics {
+    /// Registers the group's families in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let runs = RunMetrics { in_flight: Gauge::default(), waiting: Gauge::default() };
+        registry.register(
+            RUNS_IN_FLIGHT,
+            "Number of ansible-runner processes running now",
+            runs.in_flight.clone(),
+        );
+        registry.register(
+            RUNS_WAITING,
+            "Number of reconciles waiting for the global ansible-runner budget",
+            runs.waiting.clone(),
+        );
+        runs
+    }
+
+    /// Counts one running ansible-runner process until the guard is dropped.
+    pub fn started(&self) -> RunGuard {
+        GaugeGuard::new(self.in_flight.clone())
+    }
+
+    /// Counts one reconcile waiting for the global run budget until the guard is dropped.
+    pub fn waiting(&self) -> WaitGuard {
+        GaugeGuard::new(self.waiting.clone())
+    }
+}
+
+/// Holds a gauge one higher until dropped.
+#[must_use = "the gauge goes back down when the guard is dropped"]
+#[derive(Debug)]
+pub struct GaugeGuard(Gauge);
+
+impl GaugeGuard {
+    fn new(gauge: Gauge) -> Self {
+        gauge.inc();
+        GaugeGuard(gauge)
+    }
+}
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Counts one running ansible-runner process (`ansible_operator_runs_in_flight`).
+pub type RunGuard = GaugeGuard;
+
+/// Counts one reconcile waiting for the run budget (`ansible_operator_runs_waiting`).
+pub type WaitGuard = GaugeGuard;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::metrics::test_support::value;
+
+    #[test]
+    fn fresh_registry_exposes_the_run_gauges_at_zero() {
+        let text = Metrics::new("v", "c").encode();
+        assert_eq!(value(&text, RUNS_IN_FLIGHT, &[]), Some(0.0));
+        assert_eq!(value(&text, RUNS_WAITING, &[]), Some(0.0));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn run_and_wait_guards_hold_their_gauges_until_dropped() {
+        let metrics = Metrics::new("v", "c");
+        let first = metrics.run_started();
+        let second = metrics.run_started();
+        let waiting = metrics.waiting();
+        let text = metrics.encode();
+        assert_eq!(value(&text, RUNS_IN_FLIGHT, &[]), Some(2.0));
+        assert_eq!(value(&text, RUNS_WAITING, &[]), Some(1.0));
+        drop((first, waiting));
+        let text = metrics.encode();
+        assert_eq!(value(&text, RUNS_IN_FLIGHT, &[]), Some(1.0));
+        assert_eq!(value(&text, RUNS_WAITING, &[]), Some(0.0));
+        drop(second);
+        assert_eq!(value(&metrics.encode(), RUNS_IN_FLIGHT, &[]), Some(0.0));
+    }
+}
