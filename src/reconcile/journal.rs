@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
-use super::{Context, Error, Next, annotations};
+use super::annotations;
+use super::context::{Context, Error, Next};
 use crate::executor::Executor;
 use crate::history::ledger::CrKey;
 use crate::history::record::{FailedTask, OwnerRef, RunRecord, RunResult};
