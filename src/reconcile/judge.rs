@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::annotations;
 use super::context::Error;
 use crate::go_duration;
 use crate::logging::error_chain;
@@ -66,8 +67,9 @@ impl Failure {
     }
 
     /// The reconcile-period annotation is not a duration.
-    pub fn period_annotation(key: &str, annotation: &'static str, source: go_duration::Error) -> Self {
+    pub fn period_annotation(key: &str, source: go_duration::Error) -> Self {
         let message = format!("Unable to parse reconcile period annotation: {source}");
+        let annotation = annotations::RECONCILE_PERIOD;
         Failure::failed(message, Error::Annotation { annotation, key: key.into(), source })
     }
 

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::annotations::{self, Bounded};
+use super::annotations;
 use super::context::Settings;
 use super::cr::key_of;
 use super::decide::{self, Before};
@@ -79,10 +79,10 @@ pub struct Run {
 pub fn plan(object: &DynamicObject, watch: &Watch, flags: Flags) -> Result<Plan, Failure> {
     let key = key_of(object);
     let period = annotations::reconcile_period(object.annotations())
-        .map_err(|source| Failure::period_annotation(&key, annotations::RECONCILE_PERIOD, source))?;
+        .map_err(|source| Failure::period_annotation(&key, source))?;
     let period_asked = period.and_then(|p| p.asked);
-    let period =
-        period.map_or(watch.reconcile_period.unwrap_or(flags.reconcile_period), |p: Bounded<_>| p.value);
+    let default = watch.reconcile_period.unwrap_or(flags.reconcile_period);
+    let period = period.map_or(default, |p| p.value);
     let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
     let run = |finalizing, add_finalizer| {
         let refusal = refusal(object, watch, flags, finalizing, &key);
