@@ -1,6 +1,7 @@
 //! Admitting a planned run: our finalizer goes on first, the journal decides why the run happens,
 //! a refused spec stops here, and the CR is marked `Running` (when the status is managed).
 
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 
 use super::context::{Context, Error};
@@ -43,7 +44,7 @@ pub async fn admit(
         return Ok(Admission::Refused(refusal));
     }
     if ctx.watch.manage_status {
-        let name = kube::ResourceExt::name_any(&*current);
+        let name = current.name_any();
         match status::write(api, &name, &Transition::Running, current.metadata.generation).await? {
             Some(updated) => *current = updated,
             None => return Ok(Admission::Gone),
