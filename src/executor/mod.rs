@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::io::AsyncRead;
 use tokio::process::{Child, Command};
 
-pub use crate::executor_mode::Executor;
+use crate::executor_mode::Executor;
 use crate::metrics::Metrics;
 pub use launch::{Exit, Launch};
 pub use worker::Worker;

@@ -7,8 +7,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
-use super::{Context, Error, Next, annotations};
-use crate::executor::Executor;
+use super::annotations;
+use super::context::{Context, Error, Next};
+use crate::executor_mode::Executor;
 use crate::history::ledger::CrKey;
 use crate::history::record::{FailedTask, OwnerRef, RunRecord, RunResult, Touched};
 use crate::history::trigger::{self, Facts, Scheduled, Trigger};

@@ -5,8 +5,8 @@
 use std::collections::VecDeque;
 
 use super::event::Line;
-use crate::job_event::JobEvent;
 use super::{push_bounded, strip_ansi};
+use crate::job_event::JobEvent;
 use crate::outcome::Outcome;
 
 /// What to do with one line, besides what the follower keeps.

@@ -77,7 +77,7 @@ pub struct Report {
     /// How ansible-runner ended.
     pub exit: executor::Exit,
     /// The executor that ran it.
-    pub executor: executor::Executor,
+    pub executor: crate::executor_mode::Executor,
     /// Set when the run was stopped for taking longer than its timeout.
     pub timed_out: Option<TimedOut>,
     /// Set when a signal ended `ansible-playbook` (and the operator did not send it).

@@ -1,0 +1,103 @@
+//! Ending a reconcile: the one place its result reaches the CR's status. A failure writes its
+//! `Failure` condition (unless `manageStatus` gates it and is off); a run that finished is weighed
+//! against the CR as it is now (`decide::after`: drop our finalizer, or come back soon to run it)
+//! before its conditions are written.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::context::{Context, Error, Next};
+use super::cr::{StatusTarget, get, set_finalizer};
+use super::decide::{self, After};
+use super::judge::{Failure, Ran, Verdict};
+use crate::go_duration;
+use crate::status::{self, Transition};
+
+/// How soon a CR that started terminating during a run is looked at again (as upstream).
+const FINALIZER_REQUEUE: Duration = Duration::from_secs(5);
+
+/// A status write: the transition, and `status.hosts` when the run had an inventory.
+type Write = (Transition, Option<Map<String, Value>>);
+
+/// Ends a reconcile that failed: its condition, then its error.
+pub async fn fail(ctx: &Context, target: &StatusTarget<'_>, failure: Failure) -> Result<Next, Error> {
+    let write = failure.is_written(ctx.watch.manage_status).then(|| failure.transition());
+    finish(target, write.map(|transition| (transition, failure.hosts)), Err(*failure.error)).await
+}
+
+/// Ends a reconcile from its verdict; `finalizing` when the finalizer ran, `period` the requeue
+/// period after success.
+pub async fn conclude(
+    ctx: &Context,
+    target: &StatusTarget<'_>,
+    finalizing: bool,
+    period: Duration,
+    verdict: Verdict,
+) -> Result<Next, Error> {
+    let ran = match verdict {
+        Verdict::Failed(failure) => return fail(ctx, target, failure).await,
+        Verdict::Ran(ran) => ran,
+    };
+    let Some(next) = after(ctx, target, finalizing, period, &ran).await? else {
+        return Ok(Next::AwaitChange);
+    };
+    let result = if ran.succeeded { Ok(next) } else { Err(Error::TaskFailed { key: target.key.into() }) };
+    let write = ctx.watch.manage_status.then_some((ran.transition, ran.hosts));
+    finish(target, write, result).await
+}
+
+/// What follows a run that finished, from the CR as re-read: `None` when it is gone or its
+/// finalizer came off (so the deletion completes), else when to come back.
+async fn after(
+    ctx: &Context,
+    target: &StatusTarget<'_>,
+    finalizing: bool,
+    period: Duration,
+    ran: &Ran,
+) -> Result<Option<Next>, Error> {
+    if let Some(period) = &ran.bad_requeue_period {
+        tracing::warn!(period = %period, "requeue_after returned a period that is not a duration");
+    }
+    let Some(after_run) = get(target.api, target.name, target.key).await? else {
+        return Ok(None);
+    };
+    let finalizer = ctx.watch.finalizer.as_ref().map(|f| f.name.as_str());
+    let next = requeue(ran.requeue_after, period);
+    match decide::after(&after_run.metadata, finalizer, finalizing, ran.succeeded) {
+        After::RemoveFinalizer => {
+            if let Some(finalizer) = finalizer {
+                set_finalizer(target.api, &after_run, finalizer, false, target.key).await?;
+            }
+            Ok(None)
+        }
+        After::RunFinalizerSoon => Ok(Some(Next::Requeue(FINALIZER_REQUEUE))),
+        After::Nothing => Ok(Some(next)),
+    }
+}
+
+/// Writes the status (when there is a write), then returns `result`.
+async fn finish(
+    target: &StatusTarget<'_>,
+    write: Option<Write>,
+    result: Result<Next, Error>,
+) -> Result<Next, Error> {
+    if let Some((transition, hosts)) = write {
+        status::write_with_hosts(target.api, target.name, &transition, target.generation, hosts.as_ref())
+            .await?;
+    }
+    result
+}
+
+/// After success: the `requeue_after` module's period, else the configured one (0 = wait for a change).
+fn requeue(requeue_after: Option<Duration>, period: Duration) -> Next {
+    match requeue_after.unwrap_or(period) {
+        Duration::ZERO => Next::AwaitChange,
+        period => {
+            if requeue_after.is_some() {
+                tracing::info!(period = %go_duration::format(period), "set the reconciliation to occur after");
+            }
+            Next::Requeue(period)
+        }
+    }
+}

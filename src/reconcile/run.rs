@@ -1,0 +1,125 @@
+//! Running a CR once admitted: its hosts (inventory, SSH key), the watch's precheck, then the main
+//! target or the finalizer, each run with a proxy credential of its own.
+
+use std::path::PathBuf;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::context::Context;
+use super::journal::Journal;
+use super::judge::{self, Failure};
+use super::spec::{new_ident, run_spec};
+use crate::proxy::Proxy;
+use crate::proxy::credentials::{Grant, Issued};
+use crate::proxy::owner::Owner;
+use crate::remote;
+use crate::runner::{self, RunSpec};
+
+/// A main run that ended: its report, and the inventory's hosts when the watch renders one.
+#[derive(Debug)]
+pub struct Finished {
+    /// What the run tells.
+    pub report: runner::Report,
+    /// The hosts of the rendered inventory.
+    pub inventory_hosts: Option<Vec<String>>,
+}
+
+/// Prepares the hosts, runs the precheck (unless finalizing) and then the main target or the
+/// finalizer. A failure before the main run ends, or a main run that could not start, is returned
+/// for the status.
+pub async fn run(
+    ctx: &Context,
+    current: &DynamicObject,
+    finalizing: bool,
+    ident: String,
+    key: &str,
+    journal: &mut Journal,
+) -> Result<Finished, Failure> {
+    let object_json = serde_json::to_value(current).unwrap_or(Value::Null);
+    let namespace = current.namespace();
+    let remote = remote::prepare(&ctx.client, &ctx.watch.extensions, &object_json, namespace.as_deref())
+        .await
+        .map_err(|source| Failure::remote(key, source))?;
+    let inventory_hosts =
+        remote.as_ref().and_then(|r| r.inventory.as_ref()).map(|(_, hosts)| hosts.as_slice());
+    if let (false, Some(precheck)) = (finalizing, &ctx.watch.extensions.precheck) {
+        let mut spec = run_spec(ctx, current, &object_json, finalizing, new_ident(), remote.as_ref());
+        spec.target = precheck.clone();
+        let report = run_ansible(ctx, current, spec, journal)
+            .await
+            .map_err(|source| Failure::unable_to_run(key, source))?;
+        if let Some(failure) = judge::precheck(&report, inventory_hosts, key) {
+            journal.report = Some(report);
+            return Err(failure);
+        }
+    }
+    let spec = run_spec(ctx, current, &object_json, finalizing, ident, remote.as_ref());
+    journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
+    let report = run_ansible(ctx, current, spec, journal)
+        .await
+        .map_err(|source| Failure::unable_to_run(key, source))?;
+    Ok(Finished { report, inventory_hosts: inventory_hosts.map(<[String]>::to_vec) })
+}
+
+/// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends. The
+/// objects it wrote and its executor go to the journal.
+async fn run_ansible(
+    ctx: &Context,
+    object: &DynamicObject,
+    mut spec: RunSpec,
+    journal: &mut Journal,
+) -> Result<runner::Report, runner::Error> {
+    let (issued, kubeconfig) = proxy_credential(&ctx.proxy, ctx, object, &mut spec)
+        .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
+    let in_flight = ctx.metrics.run_started();
+    let trigger = serde_json::to_value(&journal.trigger).unwrap_or_default();
+    let live = ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger);
+    let report = runner::run(&ctx.settings.runner, &spec, Some(&live)).await;
+    drop(live);
+    drop(in_flight);
+    journal.writes.extend(issued.grant.writes());
+    drop(issued);
+    let _ = std::fs::remove_file(kubeconfig);
+    if let Ok(report) = &report {
+        journal.executor = Some(report.executor);
+    }
+    report
+}
+
+/// Issues the run's proxy credential and writes its kubeconfig (mode 0600) into the runner dir.
+/// Returns the credential (revoked when dropped) and the kubeconfig's path.
+fn proxy_credential(
+    proxy: &Proxy,
+    ctx: &Context,
+    object: &DynamicObject,
+    spec: &mut RunSpec,
+) -> std::io::Result<(Issued, PathBuf)> {
+    let watch = &ctx.watch;
+    let owner = Owner {
+        gvk: watch.gvk.clone(),
+        name: object.name_any(),
+        uid: object.uid().unwrap_or_default(),
+        namespace: object.namespace().filter(|_| ctx.namespaced),
+        shard_label: ctx.settings.sharding.as_ref().and_then(|membership| {
+            let key = membership.shard_label();
+            object.labels().get(&key).map(|shard| (key, shard.clone()))
+        }),
+    };
+    let issued = proxy.credentials().issue(Grant {
+        owner,
+        watch_dependents: watch.watch_dependent_resources,
+        watch_cluster_scoped: watch.watch_cluster_scoped_resources,
+        blacklist: watch.blacklist.clone(),
+        touched: Default::default(),
+    })?;
+    crate::runner::fs::create_private_dir(&spec.dir)?;
+    let path = spec.dir.join("kubeconfig");
+    let text = crate::proxy::kubeconfig::render(proxy.port(), &issued.token, object.namespace().as_deref());
+    crate::runner::fs::write_private(&path, text)?;
+    let value = Value::from(path.display().to_string());
+    spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
+    spec.env_vars.insert("KUBECONFIG".into(), value);
+    Ok((issued, path))
+}

@@ -1,0 +1,139 @@
+//! What a run is given: its `RunSpec` (target, vars, environment, verbosity, inventory, timeout)
+//! from the watch, the settings and the CR, and the directory it runs in.
+
+use std::path::PathBuf;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
+
+use super::annotations::{self, Bounded};
+use super::context::{Context, Settings};
+use crate::remote::Remote;
+use crate::runner::{Inventory, RunSpec};
+use crate::vars::{self, VarsInput};
+use crate::watches::Watch;
+
+/// The spec of a run of `object` (`object_json` is its JSON): the finalizer's target when
+/// `finalizing`, else the watch's.
+pub fn run_spec(
+    ctx: &Context,
+    object: &DynamicObject,
+    object_json: &Value,
+    finalizing: bool,
+    ident: String,
+    remote: Option<&Remote>,
+) -> RunSpec {
+    let watch = &ctx.watch;
+    let settings = &ctx.settings;
+    let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
+    let target = finalizer.and_then(|f| f.target.clone()).unwrap_or_else(|| watch.target.clone());
+    if !object_json["spec"].is_object() {
+        tracing::debug!("spec was not found for CR");
+    }
+    let input = vars_input(watch, settings.trust_cr_templates, object_json, finalizing);
+    let extra_vars = vars::extra_vars(&input);
+    let env_vars: Map<String, Value> = settings
+        .playbook_env
+        .iter()
+        .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
+        .collect();
+    let annotations = object.annotations();
+    RunSpec {
+        dir: runner_dir(settings, watch, object),
+        target,
+        extra_vars,
+        env_vars,
+        verbosity: bounded(
+            annotations::VERBOSITY,
+            annotations::verbosity(annotations, watch.ansible_verbosity),
+            watch.ansible_verbosity,
+        ),
+        rotate_artifacts: bounded(
+            annotations::MAX_RUNNER_ARTIFACTS,
+            annotations::max_runner_artifacts(annotations, watch.max_runner_artifacts),
+            watch.max_runner_artifacts,
+        ),
+        ident,
+        ansible_args: settings.ansible_args.clone(),
+        inventory: match remote.and_then(|r| r.inventory.as_ref()) {
+            Some((text, _)) => Inventory::Rendered(text.clone()),
+            None => settings.inventory.clone(),
+        },
+        role_skip_facts: settings.role_skip_facts,
+        ssh: remote.map(|r| r.ssh.clone()),
+        executor: watch.extensions.executor,
+        timeout: watch.extensions.run_timeout(settings.run_timeout),
+    }
+}
+
+/// An annotation's value within its bounds, else `default`; a value out of bounds is logged.
+fn bounded<T: Copy + std::fmt::Display>(
+    annotation: &'static str,
+    value: Option<Bounded<T>>,
+    default: T,
+) -> T {
+    let Some(value) = value else { return default };
+    if let Some(asked) = value.asked {
+        tracing::warn!(annotation, asked = %asked, using = %value.value, "annotation beyond what the watch allows: using the watch's limit");
+    }
+    value.value
+}
+
+/// What the vars of a run of `object_json` are built from.
+pub fn vars_input<'a>(
+    watch: &'a Watch,
+    trust_cr_templates: bool,
+    object_json: &'a Value,
+    finalizing: bool,
+) -> VarsInput<'a> {
+    let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
+    VarsInput {
+        object: object_json,
+        group: &watch.gvk.group,
+        kind: &watch.gvk.kind,
+        snake_case_parameters: watch.snake_case_parameters,
+        unsafe_strings: unsafe_strings(watch, trust_cr_templates),
+        watch_vars: &watch.vars,
+        finalizer_vars: finalizer.map(|f| &f.vars),
+    }
+}
+
+/// Whether a watch lets its CRs' spec keys set Ansible's own variables (`trustCRVariables`, else
+/// the flag), as upstream does.
+pub fn trusts_cr_variables(watch: &Watch, trust_by_default: bool) -> bool {
+    watch.extensions.trust_cr_variables.unwrap_or(trust_by_default)
+}
+
+/// Which CR strings a watch passes as unsafe text: all with `markUnsafe`, none where CR templates
+/// are trusted, else those holding a Jinja delimiter.
+pub fn unsafe_strings(watch: &Watch, trust_by_default: bool) -> vars::UnsafeStrings {
+    if watch.mark_unsafe {
+        vars::UnsafeStrings::All
+    } else if watch.extensions.trust_cr_templates.unwrap_or(trust_by_default) {
+        vars::UnsafeStrings::None
+    } else {
+        vars::UnsafeStrings::Templates
+    }
+}
+
+/// `<runner dir>/<group>/<version>/<kind>/<namespace>/<name>`, as upstream (no namespace segment
+/// for cluster-scoped CRs).
+pub fn runner_dir(settings: &Settings, watch: &Watch, object: &DynamicObject) -> PathBuf {
+    let gvk = &watch.gvk;
+    let mut dir = settings.runner_dir.join(&gvk.group).join(&gvk.version).join(&gvk.kind);
+    if let Some(namespace) = object.namespace() {
+        dir.push(namespace);
+    }
+    dir.join(object.name_any())
+}
+
+/// A unique run id: decimal, like upstream's non-negative random int63.
+pub fn new_ident() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    (hasher.finish() >> 1).to_string()
+}
