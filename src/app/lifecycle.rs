@@ -16,6 +16,9 @@ use crate::leader;
 use crate::runner;
 use crate::sharding::sharder::Sharder;
 
+/// The zap logger of these lines: `app`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::app";
+
 /// The Lease this replica holds while its controllers run.
 pub(super) struct Held {
     /// Turns false when the Lease is lost; `None`: the replica runs under no Lease.
@@ -61,7 +64,10 @@ pub(super) async fn take_lease(
                     return Ok(None);
                 }
             };
-            tracing::info!(ring = %membership.ring, shard = %membership.shard, "joined the sharding ring");
+            tracing::info!(
+                target: TARGET,
+                ring = %membership.ring, shard = %membership.shard, "joined the sharding ring"
+            );
             readiness.joined();
             wired.metrics.set_shard(&membership.ring, &membership.shard);
             // The leader Lease only picks the sharder: every replica reconciles its share.
@@ -146,7 +152,7 @@ async fn stop_at_once(wired: &Wiring, mut tasks: JoinSet<()>) {
         Campaign::Shard(_) => "shard lease",
         Campaign::Leader(_) | Campaign::None => "leadership",
     };
-    tracing::error!(lease, "lost the lease: stopping at once");
+    tracing::error!(target: TARGET, lease, "lost the lease: stopping at once");
     wired.shutdown.cancel();
     wired.settings.runner.active.terminate_all(Duration::ZERO).await;
     tasks.shutdown().await;
@@ -160,16 +166,19 @@ async fn shut_down(
     mut tasks: JoinSet<()>,
     membership: Option<(CancellationToken, JoinHandle<()>)>,
 ) {
-    tracing::info!(timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish");
+    tracing::info!(
+        target: TARGET,
+        timeout = ?args.graceful_shutdown_timeout, "shutting down: letting runs in flight finish"
+    );
     wired.shutdown.cancel();
     let drained = async { while tasks.join_next().await.is_some() {} };
     tokio::select! {
         _ = drained => {}
         _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
-            tracing::warn!("graceful shutdown timed out");
+            tracing::warn!(target: TARGET, "graceful shutdown timed out");
             wired.settings.runner.active.terminate_all(runner::process::TERMINATION_GRACE).await;
         }
-        _ = shutdown_signal() => tracing::warn!("second signal: stopping at once"),
+        _ = shutdown_signal() => tracing::warn!(target: TARGET, "second signal: stopping at once"),
     }
     // Dropping the tasks cancels the reconciles; each run's process tree is killed as it drops.
     tasks.shutdown().await;

@@ -18,6 +18,9 @@ use crate::proxy::dependents::Dependents;
 use crate::runner;
 use crate::{api, http_server, tls};
 
+/// The zap logger of these lines: `app`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::app";
+
 /// How often the global artifact cap is enforced.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -100,9 +103,9 @@ pub(super) async fn prune_artifacts(root: PathBuf, keep: usize) {
         let root = root.clone();
         match tokio::task::spawn_blocking(move || runner::artifacts::prune(&root, keep)).await {
             Ok(Ok(0)) => {}
-            Ok(Ok(removed)) => tracing::info!(removed, keep, "pruned old run artifacts"),
-            Ok(Err(error)) => tracing::warn!(%error, "could not prune run artifacts"),
-            Err(error) => tracing::warn!(%error, "artifact pruning panicked"),
+            Ok(Ok(removed)) => tracing::info!(target: TARGET, removed, keep, "pruned old run artifacts"),
+            Ok(Err(error)) => tracing::warn!(target: TARGET, %error, "could not prune run artifacts"),
+            Err(error) => tracing::warn!(target: TARGET, %error, "artifact pruning panicked"),
         }
     }
 }

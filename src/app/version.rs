@@ -4,6 +4,9 @@ use std::path::Path;
 
 use crate::toolchain;
 
+/// The zap logger of these lines: `app`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::app";
+
 /// The program runs are started with, looked up on `PATH`.
 pub(super) const RUNNER: &str = "ansible-runner";
 
@@ -32,6 +35,7 @@ pub(super) async fn log_versions() -> Option<toolchain::Toolchain> {
     match probed {
         Ok(Ok(toolchain)) => {
             tracing::info!(
+                target: TARGET,
                 version = VERSION,
                 commit = COMMIT,
                 ansible_core = toolchain.ansible_core,
@@ -43,14 +47,20 @@ pub(super) async fn log_versions() -> Option<toolchain::Toolchain> {
             return Some(toolchain);
         }
         Ok(Err(toolchain::Error::NoRunner)) => {
-            tracing::info!(version = VERSION, commit = COMMIT, "version");
-            tracing::error!("ansible-runner is not on PATH: every reconcile will fail until it is installed");
+            tracing::info!(target: TARGET, version = VERSION, commit = COMMIT, "version");
+            tracing::error!(
+                target: TARGET,
+                "ansible-runner is not on PATH: every reconcile will fail until it is installed"
+            );
         }
         Ok(Err(error)) => {
-            tracing::info!(version = VERSION, commit = COMMIT, "version");
-            tracing::warn!(error = %crate::logging::error_chain(&error), "could not read the Ansible toolchain's versions");
+            tracing::info!(target: TARGET, version = VERSION, commit = COMMIT, "version");
+            tracing::warn!(
+                target: TARGET,
+                error = %crate::logging::error_chain(&error), "could not read the Ansible toolchain's versions"
+            );
         }
-        Err(_) => tracing::info!(version = VERSION, commit = COMMIT, "version"),
+        Err(_) => tracing::info!(target: TARGET, version = VERSION, commit = COMMIT, "version"),
     }
     None
 }

@@ -26,6 +26,9 @@ use crate::sharding::{self, Membership};
 use crate::toolchain;
 use crate::watches::{self, Defaults, Environment, Watch};
 
+/// The zap logger of these lines: `app`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::app";
+
 /// The parts of a run, each built once; the steps after wiring share them by reference.
 pub(super) struct Wiring {
     /// The operator's own API client.
@@ -125,7 +128,7 @@ pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)>
 /// its watches see only this shard's children.
 pub(super) fn dependents(args: &RunArgs, wired: &Wiring) -> Option<Arc<Dependents>> {
     if !args.inject_owner_ref {
-        tracing::warn!("injection of owner references and dependent watches is turned off");
+        tracing::warn!(target: TARGET, "injection of owner references and dependent watches is turned off");
         return None;
     }
     let selector = match &wired.campaign {
@@ -184,13 +187,14 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
     };
     let loaded = watches::load(&args.watches_file, &defaults, env)?;
     for warning in &loaded.warnings {
-        tracing::warn!(file = %args.watches_file.display(), "{warning}");
+        tracing::warn!(target: TARGET, file = %args.watches_file.display(), "{warning}");
     }
     for watch in &loaded.watches {
         if crate::reconcile::unsafe_strings(watch, args.trust_cr_templates)
             == crate::vars::UnsafeStrings::None
         {
             tracing::warn!(
+                target: TARGET,
                 file = %args.watches_file.display(),
                 gvk = %watch.gvk,
                 "templates in this kind's CRs are evaluated (trustCRTemplates): whoever may create its CRs can run code as the operator"
@@ -198,6 +202,7 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
         }
         if crate::reconcile::trusts_cr_variables(watch, args.trust_cr_variables) {
             tracing::warn!(
+                target: TARGET,
                 file = %args.watches_file.display(),
                 gvk = %watch.gvk,
                 "this kind's CRs may set Ansible's own variables (trustCRVariables): whoever may create its CRs can run code as the operator"
@@ -205,7 +210,10 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
         }
     }
     if loaded.watches.is_empty() {
-        tracing::warn!(file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile");
+        tracing::warn!(
+            target: TARGET,
+            file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile"
+        );
     }
     Ok(loaded)
 }
@@ -214,9 +222,9 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
 fn watch_namespaces(env: &Environment) -> Vec<String> {
     let namespaces = watches::watch_namespaces(env.var("WATCH_NAMESPACE"));
     if namespaces.is_empty() {
-        tracing::info!("watching all namespaces");
+        tracing::info!(target: TARGET, "watching all namespaces");
     } else {
-        tracing::info!(namespaces = ?namespaces, "watching namespaces");
+        tracing::info!(target: TARGET, namespaces = ?namespaces, "watching namespaces");
     }
     namespaces
 }
@@ -225,7 +233,10 @@ fn watch_namespaces(env: &Environment) -> Vec<String> {
 fn end_orphans() {
     let leftovers = runner::leftovers::end_orphans();
     if !leftovers.is_empty() {
-        tracing::warn!(pids = ?leftovers, "ended the processes of runs an earlier operator left behind");
+        tracing::warn!(
+            target: TARGET,
+            pids = ?leftovers, "ended the processes of runs an earlier operator left behind"
+        );
     }
 }
 
@@ -302,6 +313,7 @@ fn launcher(
         (false, _) => None,
         (true, None) => {
             tracing::warn!(
+                target: TARGET,
                 "the Ansible toolchain could not be read: the warm executor is off, every run starts cold"
             );
             None

@@ -17,6 +17,9 @@ use super::protocol::{Message, RunRequest};
 use super::seqpacket::SeqPacket;
 use crate::metrics::Metrics;
 
+/// The zap logger of these lines: `executor.worker`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::executor::worker";
+
 /// Why a warm run did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -157,7 +160,10 @@ impl Connection {
                 Ok(Some(bytes)) => bytes,
                 Ok(None) => return,
                 Err(error) => {
-                    tracing::warn!(worker_pid = self.pid, %error, "reading from the warm worker failed");
+                    tracing::warn!(
+                        target: TARGET,
+                        worker_pid = self.pid, %error, "reading from the warm worker failed"
+                    );
                     return;
                 }
             };
@@ -167,7 +173,10 @@ impl Connection {
                     self.act(step);
                 }
                 Err(error) => {
-                    tracing::warn!(worker_pid = self.pid, %error, "unexpected message from the warm worker")
+                    tracing::warn!(
+                        target: TARGET,
+                        worker_pid = self.pid, %error, "unexpected message from the warm worker"
+                    )
                 }
             }
         }
@@ -184,7 +193,7 @@ impl Connection {
             Step::Mode { id, executor, fallback } => {
                 self.metrics.executor_run(executor);
                 if let Some((fallback, reason)) = fallback {
-                    tracing::debug!(job = id, reason, "the playbook runs cold");
+                    tracing::debug!(target: TARGET, job = id, reason, "the playbook runs cold");
                     self.metrics.executor_fallback(fallback.as_str());
                 }
             }

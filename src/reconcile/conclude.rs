@@ -14,6 +14,9 @@ use super::judge::{Failure, Ran, Verdict};
 use crate::go_duration;
 use crate::status::{self, Transition};
 
+/// The zap logger of these lines: `reconcile`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::reconcile";
+
 /// How soon a CR that started terminating during a run is looked at again (as upstream).
 const FINALIZER_REQUEUE: Duration = Duration::from_secs(5);
 
@@ -57,7 +60,10 @@ async fn after(
     ran: &Ran,
 ) -> Result<Option<Next>, Error> {
     if let Some(period) = &ran.bad_requeue_period {
-        tracing::warn!(period = %period, "requeue_after returned a period that is not a duration");
+        tracing::warn!(
+            target: TARGET,
+            period = %period, "requeue_after returned a period that is not a duration"
+        );
     }
     let Some(after_run) = get(target.api, target.name, target.key).await? else {
         return Ok(None);
@@ -95,7 +101,10 @@ fn requeue(requeue_after: Option<Duration>, period: Duration) -> Next {
         Duration::ZERO => Next::AwaitChange,
         period => {
             if requeue_after.is_some() {
-                tracing::info!(period = %go_duration::format(period), "set the reconciliation to occur after");
+                tracing::info!(
+                    target: TARGET,
+                    period = %go_duration::format(period), "set the reconciliation to occur after"
+                );
             }
             Next::Requeue(period)
         }

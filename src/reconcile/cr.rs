@@ -8,6 +8,9 @@ use serde_json::json;
 use super::context::{Context, Error};
 use crate::kubeapi::{self, with_timeout};
 
+/// The zap logger of these lines: `reconcile`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::reconcile";
+
 /// The CR a reconcile writes its status to.
 pub struct StatusTarget<'a> {
     /// The CR's API.
@@ -63,7 +66,7 @@ pub async fn set_finalizer(
     let action = if present { "add the finalizer to" } else { "remove the finalizer from" };
     match with_timeout(api.patch(&object.name_any(), &kubeapi::patch_params(), &Patch::Merge(&patch))).await {
         Ok(updated) => {
-            tracing::info!(finalizer, present, "updated finalizers");
+            tracing::info!(target: TARGET, finalizer, present, "updated finalizers");
             Ok(Some(updated))
         }
         Err(err) if err.is_not_found() => Ok(None),

@@ -14,6 +14,9 @@ use crate::runner::{Inventory, RunSpec};
 use crate::vars::{self, VarsInput};
 use crate::watches::Watch;
 
+/// The zap logger of these lines: `reconcile`, as before they moved into this file.
+const TARGET: &str = "ansible_operator::reconcile";
+
 /// The spec of a run of `object` (`object_json` is its JSON): the finalizer's target when
 /// `finalizing`, else the watch's.
 pub fn run_spec(
@@ -29,7 +32,7 @@ pub fn run_spec(
     let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
     let target = finalizer.and_then(|f| f.target.clone()).unwrap_or_else(|| watch.target.clone());
     if !object_json["spec"].is_object() {
-        tracing::debug!("spec was not found for CR");
+        tracing::debug!(target: TARGET, "spec was not found for CR");
     }
     let input = vars_input(watch, settings.trust_cr_templates, object_json, finalizing);
     let extra_vars = vars::extra_vars(&input);
@@ -75,7 +78,10 @@ fn bounded<T: Copy + std::fmt::Display>(
 ) -> T {
     let Some(value) = value else { return default };
     if let Some(asked) = value.asked {
-        tracing::warn!(annotation, asked = %asked, using = %value.value, "annotation beyond what the watch allows: using the watch's limit");
+        tracing::warn!(
+            target: TARGET,
+            annotation, asked = %asked, using = %value.value, "annotation beyond what the watch allows: using the watch's limit"
+        );
     }
     value.value
 }
