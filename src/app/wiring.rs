@@ -371,7 +371,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
         playbook_env: shared.playbook_env,
         budget: Budget::new(args.max_concurrent_runs),
-        history: Some(shared.history),
+        history: shared.history,
         events: Some(shared.events),
         ledger: shared.ledger,
         live: Arc::default(),

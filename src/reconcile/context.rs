@@ -42,8 +42,8 @@ pub struct Settings {
     pub playbook_env: Vec<(String, String)>,
     /// The global run budget (`--max-concurrent-runs`).
     pub budget: Arc<Budget>,
-    /// Where run records go (`None` with `--run-history-limit=0`).
-    pub history: Option<Arc<crate::history::History>>,
+    /// Where run records go (none are stored with `--run-history-limit=0`).
+    pub history: Arc<crate::history::History>,
     /// Events on the CRs about their runs.
     pub events: Option<Arc<crate::recorder::Recorder>>,
     /// What the operator remembers between runs, to tell why a run happens.

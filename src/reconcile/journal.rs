@@ -50,20 +50,16 @@ impl Journal {
     /// Decides why the coming run happens, from the CR before its `Running` write (which moves the
     /// conditions' `observedGeneration`), its latest record and the ledger.
     pub async fn start(&mut self, ctx: &Context, current: &DynamicObject, finalizing: bool) {
-        let history = ctx.settings.history.as_deref();
         let namespace = current.namespace();
-        let latest = match history {
-            Some(history) => {
-                match history.latest(&current.uid().unwrap_or_default(), namespace.as_deref()).await {
-                    Ok(latest) => latest,
-                    Err(error) => {
-                        tracing::debug!(error = %error_chain(&error), "could not read the latest run record");
-                        None
-                    }
+        let latest =
+            match ctx.settings.history.latest(&current.uid().unwrap_or_default(), namespace.as_deref()).await
+            {
+                Ok(latest) => latest,
+                Err(error) => {
+                    tracing::debug!(error = %error_chain(&error), "could not read the latest run record");
+                    None
                 }
-            }
-            None => None,
-        };
+            };
         let (dependent, scheduled) = ctx.settings.ledger.take(&cr_key(ctx, current));
         let request = annotations::reconcile_request(current.annotations());
         let manual =
@@ -136,10 +132,7 @@ pub async fn finish(
     }
     let (Some(trigger), Some(started)) = (journal.trigger.clone(), journal.started) else { return };
     let record = record(ctx, object, ident, trigger, started, &journal, result);
-    let history = ctx.settings.history.as_deref();
-    if let Some(history) = history {
-        write(history, ctx, &record, journal.latest.as_ref()).await;
-    }
+    write(&ctx.settings.history, ctx, &record, journal.latest.as_ref()).await;
     if let Some(events) = &ctx.settings.events {
         // With the resourceVersion, as client-go's reference to an object.
         let reference = ObjectReference {
