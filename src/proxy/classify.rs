@@ -22,7 +22,7 @@ pub enum Handling {
         /// Whether the object is linked to the run's CR.
         link: bool,
         /// The verb the run history records it under.
-        verb: Option<&'static str>,
+        verb: &'static str,
     },
     /// A GET of one object: a child of the run's CR gets its kind watched again.
     ReadBack {
@@ -48,7 +48,8 @@ pub fn classify(method: &Method, headers: &HeaderMap, uri: &Uri, link: bool) -> 
     }
     let Some(info) = RequestInfo::parse(uri.path()) else { return Handling::Pass };
     let verb = recorded_verb(method, headers, &info);
-    if let Some(write) = object_write(method, headers, &info) {
+    // Every object write is one the history records.
+    if let (Some(write), Some(verb)) = (object_write(method, headers, &info), verb) {
         return Handling::Write { info, write, link, verb };
     }
     if *method == Method::GET && info.name.is_some() && single_read(&info, uri.query().unwrap_or_default()) {
@@ -209,21 +210,18 @@ mod tests {
         let collection = info("/api/v1/namespaces/ns/configmaps");
         assert_eq!(
             create,
-            Handling::Write { info: collection, write: Write::Create, link: true, verb: Some("create") }
+            Handling::Write { info: collection, write: Write::Create, link: true, verb: "create" }
         );
         let object = info("/apis/apps/v1/namespaces/ns/deployments/d");
         let replace =
             classified(Method::PUT, "application/json", "/apis/apps/v1/namespaces/ns/deployments/d");
         assert_eq!(
             replace,
-            Handling::Write { info: object.clone(), write: Write::Replace, link: true, verb: Some("update") }
+            Handling::Write { info: object.clone(), write: Write::Replace, link: true, verb: "update" }
         );
         let uri = "/apis/apps/v1/namespaces/ns/deployments/d?fieldManager=m".parse().unwrap();
         let apply = classify(&Method::PATCH, &headers("application/apply-patch+yaml"), &uri, false);
-        assert_eq!(
-            apply,
-            Handling::Write { info: object, write: Write::Apply, link: false, verb: Some("apply") }
-        );
+        assert_eq!(apply, Handling::Write { info: object, write: Write::Apply, link: false, verb: "apply" });
     }
 
     #[test]

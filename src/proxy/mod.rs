@@ -170,7 +170,7 @@ impl Proxy {
                 let response = self.send(&parts, body.clone()).await?;
                 let code = response.status().as_u16();
                 tracing::debug!(method = %parts.method, path = parts.uri.path(), code, "proxied write");
-                self.pass_write(response, &info, Some(verb), &body, grant).await
+                self.pass_write(response, &info, verb, &body, grant).await
             }
             Handling::Pass => {
                 let (parts, body) = prepare(request).await?;
@@ -190,7 +190,7 @@ impl Proxy {
         info: &RequestInfo,
         write: Write,
         link: bool,
-        verb: Option<&'static str>,
+        verb: &'static str,
         grant: &Grant,
     ) -> Result<Response<Body>, ProxyError> {
         let (mut parts, body) = prepare(request).await?;
@@ -242,13 +242,13 @@ impl Proxy {
         &self,
         response: Response<kube::client::Body>,
         info: &RequestInfo,
-        verb: Option<&'static str>,
+        verb: &'static str,
         request_body: &Bytes,
         grant: &Grant,
     ) -> Result<Response<Body>, ProxyError> {
-        let Some(verb) = verb.filter(|_| response.status().is_success()) else {
+        if !response.status().is_success() {
             return Ok(response.map(box_body));
-        };
+        }
         let (parts, body) = response.into_parts();
         let bytes = collect(body).await?;
         let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
