@@ -168,7 +168,7 @@ impl WatchController {
                     std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
-            .modify(|object| object.managed_fields_mut().clear())
+            .modify(move |object| slim(object, annotations_trigger))
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
@@ -264,6 +264,26 @@ fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
     }
 }
 
+/// What the cache keeps of a CR: only what is read before a reconcile's own GET (the key, labels,
+/// annotations, generation, deletion, finalizers, and the conditions that say whether it is
+/// converged). The spec, the rest of the status, managedFields and kubectl's copy of the last
+/// applied object are dropped, so the cache does not grow with the size of the CRs. That copy stays
+/// when annotation changes trigger (`annotations`): a label-only `kubectl apply` changes it.
+fn slim(object: &mut DynamicObject, annotations: bool) {
+    object.managed_fields_mut().clear();
+    if !annotations {
+        object.annotations_mut().remove(LAST_APPLIED);
+    }
+    let conditions = object.data.pointer_mut("/status/conditions").map(serde_json::Value::take);
+    object.data = match conditions {
+        Some(conditions) => serde_json::json!({"status": {"conditions": conditions}}),
+        None => serde_json::Value::Object(Default::default()),
+    };
+}
+
+/// kubectl's copy of the object it last applied: as large as the spec.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
 /// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
@@ -296,6 +316,37 @@ mod tests {
             "metadata": {"name": "a", "generation": generation, "annotations": annotations}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_cache_keeps_metadata_and_conditions_only() {
+        let mut cached: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "x/v1", "kind": "X",
+            "metadata": {"name": "a", "generation": 2, "labels": {"l": "1"},
+                "annotations": {"a": "1", (LAST_APPLIED): "{\"spec\":{}}"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"size": 3},
+            "status": {"conditions": [{"type": "Successful", "status": "True"}], "big": "x"}
+        }))
+        .unwrap();
+        let mut watching_annotations = cached.clone();
+        slim(&mut watching_annotations, true);
+        assert!(watching_annotations.annotations().contains_key(LAST_APPLIED));
+        slim(&mut cached, false);
+        assert_eq!(
+            serde_json::to_value(&cached).unwrap(),
+            json!({
+                "apiVersion": "x/v1", "kind": "X",
+                "metadata": {"name": "a", "generation": 2, "labels": {"l": "1"}, "annotations": {"a": "1"},
+                    "managedFields": []},
+                "status": {"conditions": [{"type": "Successful", "status": "True"}]}
+            })
+        );
+        let mut bare: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "b"}}))
+                .unwrap();
+        slim(&mut bare, false);
+        assert_eq!(bare.data, json!({}));
     }
 
     #[test]
