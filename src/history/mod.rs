@@ -8,10 +8,10 @@ pub mod availability;
 pub mod events;
 pub mod ledger;
 pub mod live;
+mod memory;
 pub mod record;
 pub mod trigger;
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use kube::Client;
@@ -23,6 +23,7 @@ use crate::kubeapi::{self, with_timeout};
 use availability::{Store, Tell};
 pub use ledger::Ledger;
 pub use live::LiveRuns;
+use memory::Memory;
 pub use record::{RunRecord, Touched};
 pub use trigger::Trigger;
 
@@ -55,9 +56,6 @@ pub struct Latest {
     pub confirmations: i64,
 }
 
-/// Records kept in memory, by owner uid, newest first.
-type Memory = HashMap<String, VecDeque<Value>>;
-
 /// Where records go.
 pub struct History {
     client: Client,
@@ -89,7 +87,7 @@ impl History {
         announce(availability::tell(None, &store));
         let gvk = GroupVersionKind::gvk(record::GROUP, record::VERSION, record::KIND);
         let resource = ApiResource::from_gvk_with_plural(&gvk, record::PLURAL);
-        History { client, resource, scopes, state: Mutex::new(State { store, memory: Memory::new() }) }
+        History { client, resource, scopes, state: Mutex::new(State { store, memory: Memory::default() }) }
     }
 
     /// While records are kept in memory, looks again every [`availability::RECHECK`] and moves to
@@ -148,30 +146,28 @@ impl History {
     /// A CR's records, newest first.
     pub async fn runs(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
         let params = ListParams::default().labels(&format!("{}={owner_uid}", record::OWNER_UID));
-        self.list(namespace, &params, |run| run["spec"]["owner"]["uid"] == owner_uid, owner_uid).await
+        self.list(namespace, &params, Some(owner_uid), owner_uid).await
     }
 
     /// Every record in a namespace (`None`: in all), newest first.
     pub async fn all_runs(&self, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
         let owner = namespace.unwrap_or("all namespaces");
-        self.list(namespace, &ListParams::default(), |_| true, owner).await
+        self.list(namespace, &ListParams::default(), None, owner).await
     }
 
-    /// The records `params` select in the cluster, or those `keep` selects in memory; newest first.
+    /// The records `params` select in the cluster, or in memory those of `owner_uid` (`None`: all);
+    /// newest first.
     async fn list(
         &self,
         namespace: Option<&str>,
         params: &ListParams,
-        keep: impl Fn(&Value) -> bool,
+        owner_uid: Option<&str>,
         owner: &str,
     ) -> Result<Vec<Value>, Error> {
         let remembered = self.in_memory(|memory| {
             memory
-                .values()
-                .flatten()
+                .records(owner_uid)
                 .filter(|run| namespace.is_none() || run["metadata"]["namespace"].as_str() == namespace)
-                .filter(|run| keep(run))
-                .cloned()
                 .collect()
         });
         let mut runs: Vec<Value> = match remembered {
@@ -204,11 +200,7 @@ impl History {
         let owner = || record.owner.name.clone();
         let manifest = record.manifest();
         let namespace = record.owner.namespace.as_deref();
-        let kept = self.in_memory(|memory| {
-            let runs = memory.entry(record.owner.uid.clone()).or_default();
-            runs.push_front(manifest.clone());
-            runs.truncate(limit);
-        });
+        let kept = self.in_memory(|memory| memory.push(&record.owner.uid, &manifest, limit));
         match kept {
             Some(()) => {}
             None => {
@@ -234,11 +226,7 @@ impl History {
         namespace: Option<&str>,
     ) -> Result<(), Error> {
         let status = json!({"confirmations": latest.confirmations + 1, "lastConfirmed": jiff::Timestamp::now().to_string()});
-        let kept = self.in_memory(|memory| {
-            if let Some(run) = memory.get_mut(owner_uid).and_then(|runs| runs.front_mut()) {
-                run["status"] = status.clone();
-            }
-        });
+        let kept = self.in_memory(|memory| memory.set_latest_status(owner_uid, &status));
         match kept {
             Some(()) => {}
             None => {
@@ -280,10 +268,8 @@ impl History {
     pub async fn run(&self, namespace: Option<&str>, name: &str) -> Result<Option<Value>, Error> {
         let remembered = self.in_memory(|memory| {
             memory
-                .values()
-                .flatten()
+                .records(None)
                 .find(|r| r["metadata"]["name"] == name && r["metadata"]["namespace"].as_str() == namespace)
-                .cloned()
         });
         match remembered {
             Some(found) => Ok(found),
