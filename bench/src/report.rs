@@ -203,15 +203,15 @@ fn scale_tables(md: &mut String, r: &Value, rows: &[Value], ratios: &Ratios) {
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} / {} | {} → {} | {:.2} / {:.2} | {} | {restart} |",
+            "| {} | {} | {} / {} | {} → {} | {} / {} | {} | {restart} |",
             row["n"],
             binary(row),
             mib(&row["no_crs"]["operator_rss_bytes"]),
             mib(&row["no_crs"]["tree_pss_bytes"]),
             mib(&idle["operator_rss_start_bytes"]),
             mib(&idle["operator_rss_end_bytes"]),
-            f(&idle["operator_cpu_percent"]),
-            f(&idle["descendants_cpu_percent"]),
+            secs(&idle["operator_cpu_percent"]),
+            secs(&idle["descendants_cpu_percent"]),
             idle["reconciles_during_idle"],
         );
     }
@@ -624,5 +624,57 @@ mod tests {
         let md = markdown(&r);
         assert!(line(&md, "| playbook | flavor |").ends_with("| task adds s |"));
         assert_eq!(line(&md, "| debug | warm |"), "| debug | warm | 0.250 | 0.250 | 0.25× |  |");
+    }
+
+    #[test]
+    fn the_largest_scale_size_has_the_growth_per_cr_and_restart_rows_are_flavor_by_mode() {
+        let scale = |binary: &str, n: u64, seconds: f64| {
+            json!({"binary": binary, "n": n, "first_start_to_all_successful_seconds": seconds,
+                   "runs_per_second": n as f64 / seconds,
+                   "at_rest": {"operator_rss_bytes": 41943040, "tree_pss_bytes": 136314880},
+                   "no_crs": {"operator_rss_bytes": 31457280, "tree_pss_bytes": 125829120}, "idle": {}})
+        };
+        let r = json!({
+            "settings": {"executors": ["warm"], "scale_concurrency": 4, "scale_runner": "real",
+                         "scale_playbook": "dependents", "scale_idle_seconds": 60, "restart_crs": 2000,
+                         "restart_window_seconds": 300, "restart_new_cr_after_seconds": 2.0,
+                         "restart_background_seconds": 10.0},
+            "versions": {"binaries": {"warm": "/o", "baseline": "/u"}},
+            "scale": [scale("warm", 500, 50.0), scale("baseline", 500, 400.0),
+                      scale("warm", 2000, 200.0), scale("baseline", 2000, 1600.0)],
+            "scale_growth": [
+                {"binary": "warm", "from_n": 500, "to_n": 2000, "seconds_per_extra_cr": 0.1,
+                 "operator_rss_kib_per_extra_cr": 4.25, "tree_pss_kib_per_extra_cr": 6.5},
+                {"binary": "baseline", "from_n": 500, "to_n": 2000, "seconds_per_extra_cr": 0.8,
+                 "operator_rss_kib_per_extra_cr": 30.0, "tree_pss_kib_per_extra_cr": 30.0},
+            ],
+            "restart": [
+                {"binary": "warm", "mode": "all", "new_cr_to_successful_seconds": 3.5, "runs_started": 2000,
+                 "runs_started_percent": 100.0, "api_requests_per_second": 120.0,
+                 "api_requests_per_second_background": 2.0, "operator_cpu_seconds": 12.0,
+                 "tree_cpu_seconds": 250.0, "last_run_done_seconds": 210.0,
+                 "memory_at_window_end": {"operator_rss_bytes": 41943040, "tree_pss_bytes": 136314880}},
+                {"binary": "warm", "mode": "due", "error": "no --startup-resync"},
+            ],
+        });
+        let md = markdown(&r);
+        let headers: Vec<&str> = md.lines().filter(|l| l.starts_with("| flavor | operator start")).collect();
+        assert_eq!(headers.len(), 2);
+        assert!(!headers[0].contains("per extra CR"));
+        assert!(headers[1].contains("| s per extra CR (500→2000) | operator RSS KiB per extra CR | tree PSS KiB per extra CR | baseline ÷ this (time) |"));
+        assert_eq!(line(&md, "| warm | 50.00 |"), "| warm | 50.00 | 10.00 | 40.0 | 130.0 | 8.00× |");
+        assert_eq!(
+            line(&md, "| warm | 200.00 |"),
+            "| warm | 200.00 | 10.00 | 40.0 | 130.0 | 0.100 | 4.2 | 6.5 | 8.00× |"
+        );
+        assert_eq!(
+            line(&md, "| 2000 | baseline |"),
+            "| 2000 | baseline | 30.0 / 120.0 | – → – | – / – | null | – / – |"
+        );
+        assert_eq!(
+            line(&md, "| warm | all |"),
+            "| warm | all | 3.50 | 2000 (100.0 %) | 120.0 (2.0) | 12.00 | 250.00 | 40.0 | 130.0 | 210.00 |"
+        );
+        assert_eq!(line(&md, "| warm | due |"), "| warm | due | no --startup-resync | | | | | | | |");
     }
 }

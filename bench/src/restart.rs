@@ -262,3 +262,50 @@ pub fn rows_for(label: &str, scale_row: &Value, rows: Value, converged_by: &str)
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use serde_json::json;
+
+    use super::{Mode, mode_args, rows_for};
+    use crate::operator::{Executor, Flavor};
+
+    fn flavor(executor: Option<Executor>, flags: &[&str]) -> Flavor {
+        Flavor {
+            label: executor.map_or("baseline", Executor::as_str).into(),
+            executor,
+            binary: PathBuf::from("/bin/op"),
+            venv: PathBuf::new(),
+            proxy_port: 0,
+            runner_dir_flag: true,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            extra_args: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn startup_resync_is_passed_only_to_a_binary_of_ours_that_lists_it() {
+        let new = flavor(Some(Executor::Warm), &["--startup-resync"]);
+        assert_eq!(mode_args(&new, Mode::Due), Ok((vec!["--startup-resync=due".to_string()], None)));
+        assert_eq!(mode_args(&new, Mode::All), Ok((vec!["--startup-resync=all".to_string()], None)));
+        let old = flavor(Some(Executor::Cold), &[]);
+        assert!(mode_args(&old, Mode::All).is_ok_and(|(args, note)| args.is_empty() && note.is_some()));
+        assert!(mode_args(&old, Mode::Due).is_err_and(|e| e.contains("/bin/op has no --startup-resync")));
+        let baseline = flavor(None, &["--startup-resync"]);
+        assert!(mode_args(&baseline, Mode::All).is_ok_and(|(args, _)| args.is_empty()));
+        assert!(mode_args(&baseline, Mode::Due).is_err());
+    }
+
+    #[test]
+    fn restart_rows_say_where_the_crs_converged_or_why_they_did_not() {
+        let scale = json!({"first_start_to_all_successful_seconds": 12.5});
+        let rows = rows_for("warm", &scale, json!([{"mode": "all"}, {"mode": "due"}]), "scale");
+        assert_eq!(rows.len(), 2);
+        assert_eq!((&rows[1]["converged_by"], &rows[1]["converge_seconds"]), (&json!("scale"), &json!(12.5)));
+        let failed =
+            rows_for("cold", &json!({"error": "stalled at 3/40"}), serde_json::Value::Null, "restart");
+        assert_eq!(failed, vec![json!({"binary": "cold", "error": "converging: stalled at 3/40"})]);
+    }
+}

@@ -781,8 +781,43 @@ pub fn last_successful(tracker: &Tracker, names: &[String], since: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{ScaleRunner, scale_skip};
+    use serde_json::json;
+
+    use super::{ScaleRunner, growth, scale_skip};
     use crate::operator::Executor;
+
+    fn row(binary: &str, n: u64, seconds: f64, rss_mib: u64, pss_mib: u64) -> serde_json::Value {
+        json!({
+            "binary": binary, "n": n, "first_start_to_all_successful_seconds": seconds,
+            "no_crs": {"operator_rss_bytes": 1},
+            "at_rest": {"operator_rss_bytes": rss_mib << 20, "tree_pss_bytes": pss_mib << 20},
+        })
+    }
+
+    #[test]
+    fn growth_is_per_extra_cr_between_the_smallest_and_largest_size_of_each_flavor() {
+        let rows = [
+            row("warm", 2000, 300.0, 50, 130),
+            row("warm", 500, 75.0, 35, 115),
+            row("baseline", 500, 600.0, 80, 90),
+            json!({"binary": "baseline", "n": 2000, "error": "stalled"}),
+        ];
+        let growth = growth(&rows);
+        assert_eq!(growth.len(), 2);
+        let warm = &growth[0];
+        assert_eq!(
+            (warm["binary"].as_str(), warm["from_n"].as_u64(), warm["to_n"].as_u64()),
+            (Some("warm"), Some(500), Some(2000))
+        );
+        assert_eq!(warm["seconds_per_extra_cr"], 0.15);
+        assert_eq!(warm["operator_rss_kib_per_extra_cr"], 15.0 * 1024.0 / 1500.0);
+        assert_eq!(warm["tree_pss_kib_per_extra_cr"], 15.0 * 1024.0 / 1500.0);
+        assert_eq!(warm["no_crs"]["operator_rss_bytes"], 1);
+        // One size that succeeded: the empty namespace, no growth.
+        assert_eq!(growth[1]["binary"], "baseline");
+        assert!(growth[1]["seconds_per_extra_cr"].is_null());
+        assert_eq!(growth[1]["no_crs"]["operator_rss_bytes"], 1);
+    }
 
     #[test]
     fn the_stub_runner_serves_only_the_cold_executor() {
