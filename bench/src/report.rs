@@ -179,7 +179,7 @@ fn scale_tables(md: &mut String, r: &Value, rows: &[Value], ratios: &Ratios) {
     }
     let _ = writeln!(
         md,
-        "At rest: {} s after all were `Successful`. With 0 CRs: the operator 3 s after its start on the empty namespace. Restart: the operator stopped and started again, every CR reconciled once more (\"restart scenario\" when the restart scenario took over that namespace).\n",
+        "At rest: {} s after all were `Successful`. With 0 CRs: the operator on the empty namespace, once its memory is steady (for `warm`, with its worker up). Restart: the operator stopped and started again, every CR reconciled once more (\"restart scenario\" when the restart scenario took over that namespace).\n",
         s["scale_idle_seconds"]
     );
     let _ = writeln!(

@@ -638,7 +638,7 @@ async fn scale_in(
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     operator.check_alive()?;
-    let empty = TreeMemory::read(operator.pid(), true).unwrap_or_default();
+    let empty = settled_memory(&mut operator).await?;
     operator.stop(Duration::from_secs(30));
     drop(operator);
 
@@ -731,6 +731,25 @@ async fn scale_in(
     value["restart_operator_cpu_seconds"] = json!(restart_cpu.0);
     value["restart_memory"] = restart_peaks.json();
     Ok(value)
+}
+
+/// The operator tree's memory once it has stopped changing (for `warm`, once the worker is up):
+/// two readings 1 s apart with the same processes and a tree PSS within 2 %, or the last reading
+/// after 15 s.
+async fn settled_memory(operator: &mut Operator) -> anyhow::Result<TreeMemory> {
+    let mut last = TreeMemory::read(operator.pid(), true).unwrap_or_default();
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        operator.check_alive()?;
+        let now = TreeMemory::read(operator.pid(), true).unwrap_or_default();
+        let steady = now.processes == last.processes
+            && (now.tree_pss as f64 - last.tree_pss as f64).abs() <= 0.02 * last.tree_pss as f64;
+        last = now;
+        if steady {
+            break;
+        }
+    }
+    Ok(last)
 }
 
 /// How time and memory grow with the number of CRs, per flavor, between the smallest and the
