@@ -179,8 +179,10 @@ async fn restart_once(
         }
         let after = cluster::api_requests(client).await?;
         let requests = total(&after) - total(&before);
-        let top: serde_json::Map<String, Value> =
-            cluster::counter_deltas(&before, &after, 10).into_iter().map(|(k, v)| (k, json!(v))).collect();
+        let top: Vec<Value> = cluster::counter_deltas(&before, &after, 10)
+            .into_iter()
+            .map(|(labels, requests)| json!({"labels": labels, "requests": requests}))
+            .collect();
         let window = now() - started;
         let cpu = TreeCpu::read(operator.pid()).since(cpu_before);
         let memory = TreeMemory::read(operator.pid(), true).unwrap_or_default();
