@@ -172,9 +172,6 @@ async fn main() -> anyhow::Result<()> {
     let (venv, kubeconfig) = (absolute(&venv)?, absolute(&kubeconfig)?);
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
     let out = args.out.clone().unwrap_or_else(|| bench.join("results").join(&stamp));
-    std::fs::create_dir_all(&out)?;
-    let work = std::env::temp_dir().join(format!("ao-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&work)?;
 
     let binary = match &args.operator_binary {
         Some(binary) => absolute(binary)?,
@@ -220,6 +217,9 @@ async fn main() -> anyhow::Result<()> {
         }
         ours_args.push(format!("{flag}={value}"));
     }
+    std::fs::create_dir_all(&out)?;
+    let work = std::env::temp_dir().join(format!("ao-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
 
     let client = cluster::client(&kubeconfig).await?;
     cluster::install_crd(&client).await?;
