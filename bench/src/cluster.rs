@@ -1,5 +1,6 @@
 //! The local control plane: client, the benchmark CRD, namespaces and CRs.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -132,4 +133,84 @@ pub async fn create_many(api: &Api<DynamicObject>, names: &[String], parallel: u
         .try_collect::<Vec<()>>()
         .await?;
     Ok(start.elapsed().as_secs_f64())
+}
+
+/// The kube-apiserver's `apiserver_request_total`, one value per label set: the requests it has
+/// served since it started (every client's, not only the operator's).
+pub async fn api_requests(client: &Client) -> anyhow::Result<BTreeMap<String, f64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await.context("GET the kube-apiserver's /metrics")?;
+    let counts = counter(&text, "apiserver_request_total");
+    if counts.is_empty() {
+        bail!("no apiserver_request_total in the kube-apiserver's /metrics");
+    }
+    Ok(counts)
+}
+
+/// The samples of counter `name` in Prometheus text exposition format, by label set (`{…}`, or
+/// "" without labels).
+pub fn counter(text: &str, name: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    for line in text.lines().filter(|line| !line.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        // `name{labels} value` or `name value`, not `name_suffix …`.
+        let (labels, value) = match rest.chars().next() {
+            Some('{') => match rest.rsplit_once('}') {
+                Some((labels, value)) => (format!("{labels}}}"), value),
+                None => continue,
+            },
+            Some(' ') => (String::new(), rest),
+            _ => continue,
+        };
+        if let Some(value) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) {
+            *samples.entry(labels).or_default() += value;
+        }
+    }
+    samples
+}
+
+/// The growth of each label set from `before` to `after`, largest first (the `top` largest).
+pub fn counter_deltas(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    top: usize,
+) -> Vec<(String, f64)> {
+    let mut deltas: Vec<(String, f64)> = after
+        .iter()
+        .map(|(labels, value)| (labels.clone(), value - before.get(labels).copied().unwrap_or_default()))
+        .filter(|(_, delta)| *delta > 0.0)
+        .collect();
+    deltas.sort_by(|a, b| b.1.total_cmp(&a.1));
+    deltas.truncate(top);
+    deltas
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{counter, counter_deltas};
+
+    #[test]
+    fn counter_reads_every_label_set_of_that_counter_only() {
+        let text = "# HELP apiserver_request_total Counter of apiserver requests\n\
+                    # TYPE apiserver_request_total counter\n\
+                    apiserver_request_total{code=\"200\",verb=\"GET\"} 10\n\
+                    apiserver_request_total{code=\"201\",verb=\"POST\"} 2.5e+01\n\
+                    apiserver_request_total_other{code=\"200\"} 1000\n\
+                    apiserver_request_duration_seconds_count{verb=\"GET\"} 99\n";
+        let counts = counter(text, "apiserver_request_total");
+        assert_eq!(counts.values().sum::<f64>(), 35.0);
+        assert_eq!(counts.get("{code=\"201\",verb=\"POST\"}"), Some(&25.0));
+        assert!(counter(text, "missing_total").is_empty());
+    }
+
+    #[test]
+    fn counter_deltas_rank_what_grew_and_count_new_label_sets_from_zero() {
+        let before = counter("c{a=\"1\"} 5\nc{a=\"2\"} 7\n", "c");
+        let after = counter("c{a=\"1\"} 6\nc{a=\"2\"} 7\nc{a=\"3\"} 4\n", "c");
+        assert_eq!(
+            counter_deltas(&before, &after, 5),
+            vec![("{a=\"3\"}".to_string(), 4.0), ("{a=\"1\"}".to_string(), 1.0)]
+        );
+        assert_eq!(counter_deltas(&before, &after, 1).len(), 1);
+    }
 }

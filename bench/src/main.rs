@@ -1,9 +1,11 @@
 //! `ansible-operator` benchmark against the local control plane and the real Ansible toolchain.
 //!
 //! Scenarios: (1) the floor, a bare `ansible-runner run`; (2) single-CR latency through the
-//! operator; (3) bursts of CRs at several `--max-concurrent-reconciles`; (4) 1,000 CRs at rest and
-//! after a restart; (5) sharding over several operator processes. Scenarios 2–4 run for each flavor: our binary with the `warm` and the `cold`
-//! executor, and optionally a baseline binary, alternating. Timing comes from a watch with
+//! operator; (3) bursts of CRs at several `--max-concurrent-reconciles`; (4) CRs at rest at one or
+//! more sizes, and after a restart; the restart scenario (converged CRs, the operator restarted, a
+//! new CR 2 s later); (5) sharding over several operator processes. Scenarios 2–4 and restart run
+//! for each flavor: our binary with the `warm` and the `cold` executor, and optionally a baseline
+//! binary, alternating. Timing comes from a watch with
 //! client-side timestamps; memory and CPU from `/proc`. Prints a Markdown report and writes it,
 //! with every raw sample, to `bench/results/<time>/`.
 
@@ -12,6 +14,7 @@ mod operator;
 mod phases;
 mod procfs;
 mod report;
+mod restart;
 mod scenarios;
 mod sharding;
 mod stats;
@@ -25,7 +28,7 @@ use clap::Parser;
 use serde_json::{Value, json};
 
 use operator::{Executor, Flavor};
-use scenarios::{Ctx, ScaleRunner};
+use scenarios::{Ctx, Scale, ScalePlaybook, ScaleRunner};
 
 /// Unix time in seconds (this machine's clock, shared with file mtimes and ansible's event times).
 pub fn now() -> f64 {
@@ -38,6 +41,7 @@ enum Scenario {
     Single,
     Burst,
     Scale,
+    Restart,
     Sharding,
 }
 
@@ -46,7 +50,7 @@ enum Scenario {
 #[command(name = "ansible-operator-bench")]
 struct Args {
     /// Scenarios to run.
-    #[arg(long, value_delimiter = ',', default_value = "floor,single,burst,scale,sharding")]
+    #[arg(long, value_delimiter = ',', default_value = "floor,single,burst,scale,restart,sharding")]
     only: Vec<Scenario>,
     /// Measured runs for the floor and single-CR latency (each after one warm-up run).
     #[arg(long, default_value_t = 10)]
@@ -64,9 +68,29 @@ struct Args {
     /// task; `k8s5`: five Kubernetes tasks).
     #[arg(long, default_value = "debug")]
     burst_playbook: String,
-    /// CRs in the scale-at-rest scenario.
-    #[arg(long, default_value_t = 1000)]
-    scale: usize,
+    /// CRs in the scale-at-rest scenario: one size or several (`500,2000`), each a run of its own.
+    #[arg(long, value_delimiter = ',', default_value = "1000")]
+    scale: Vec<usize>,
+    /// Playbook of the scale and restart scenarios with `--scale-runner real` (`debug`: one debug
+    /// task; `dependents`: three ConfigMaps per CR, owned by it).
+    #[arg(long, value_enum, default_value = "debug")]
+    scale_playbook: ScalePlaybook,
+    /// Converged CRs in the restart scenario (the scale run of that size is reused when there is one).
+    #[arg(long, default_value_t = 2000)]
+    restart_crs: usize,
+    /// Seconds after the restart over which runs, API requests and CPU are counted.
+    #[arg(long, default_value_t = 300)]
+    restart_window: u64,
+    /// Our operator's `--startup-resync` values to restart with (the baseline has only `all`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all,due")]
+    restart_modes: Vec<restart::Mode>,
+    /// Passed to our operator as `--resync-jitter` in the scale and restart scenarios (only when given).
+    #[arg(long)]
+    resync_jitter: Option<String>,
+    /// Passed to our operator as `--max-resyncs-per-second` in the scale and restart scenarios (only
+    /// when given).
+    #[arg(long)]
+    max_resyncs_per_second: Option<String>,
     /// Seconds the converged operator is watched at rest.
     #[arg(long, default_value_t = 60)]
     scale_idle: u64,
@@ -114,6 +138,9 @@ struct Args {
     /// Keep the scratch directory (runner dirs with every run's artifacts) instead of deleting it.
     #[arg(long)]
     keep_work: bool,
+    /// Print the Markdown report of an earlier run's `results.json` and exit (no cluster needed).
+    #[arg(long)]
+    render: Option<PathBuf>,
     /// Results directory; default: `bench/results/<UTC time>`.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -122,6 +149,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(path) = &args.render {
+        let text = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        println!("{}", report::markdown(&serde_json::from_slice(&text)?));
+        return Ok(());
+    }
     let began = Instant::now();
     let bench = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let repo = bench.parent().context("bench/ has a parent")?.to_path_buf();
@@ -140,9 +172,6 @@ async fn main() -> anyhow::Result<()> {
     let (venv, kubeconfig) = (absolute(&venv)?, absolute(&kubeconfig)?);
     let stamp = jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string();
     let out = args.out.clone().unwrap_or_else(|| bench.join("results").join(&stamp));
-    std::fs::create_dir_all(&out)?;
-    let work = std::env::temp_dir().join(format!("ao-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&work)?;
 
     let binary = match &args.operator_binary {
         Some(binary) => absolute(binary)?,
@@ -175,6 +204,22 @@ async fn main() -> anyhow::Result<()> {
         bail!("no flavor to measure: --executors is empty and no --baseline-binary");
     }
     let flavors: Vec<&Flavor> = all_flavors.iter().collect();
+    let mut ours_args = Vec::new();
+    for (flag, value) in
+        [("--resync-jitter", &args.resync_jitter), ("--max-resyncs-per-second", &args.max_resyncs_per_second)]
+    {
+        let Some(value) = value else { continue };
+        if let Some(flavor) = flavors.iter().find(|f| f.executor.is_some() && !f.knows(flag)) {
+            bail!(
+                "{} has no {flag} flag (not in `run --help`): build the operator with it",
+                flavor.binary.display()
+            );
+        }
+        ours_args.push(format!("{flag}={value}"));
+    }
+    std::fs::create_dir_all(&out)?;
+    let work = std::env::temp_dir().join(format!("ao-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
 
     let client = cluster::client(&kubeconfig).await?;
     cluster::install_crd(&client).await?;
@@ -209,7 +254,14 @@ async fn main() -> anyhow::Result<()> {
             "runs": args.runs, "burst": args.burst, "burst_concurrency": args.burst_concurrency,
             "burst_playbook": args.burst_playbook, "scale": args.scale, "scale_idle_seconds": args.scale_idle,
             "scale_concurrency": args.scale_concurrency,
-            "scale_runner": format!("{:?}", args.scale_runner).to_lowercase(),
+            "scale_runner": args.scale_runner.as_str(),
+            "scale_playbook": args.scale_playbook.as_str(),
+            "scale_reconcile_period": scenarios::SCALE_RECONCILE_PERIOD,
+            "restart_crs": args.restart_crs, "restart_window_seconds": args.restart_window,
+            "restart_modes": args.restart_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+            "restart_new_cr_after_seconds": restart::NEW_CR_AFTER.as_secs_f64(),
+            "restart_background_seconds": restart::BACKGROUND.as_secs_f64(),
+            "ours_resync_args": ours_args,
             "sharding_replicas": args.sharding_replicas,
             "ansible_verbosity": 2, "rotate_artifacts": 20,
         },
@@ -265,20 +317,57 @@ async fn main() -> anyhow::Result<()> {
         }
         results["burst"] = Value::Array(burst);
     }
+    let spec = |n: usize, idle: Duration| Scale {
+        n,
+        concurrency: args.scale_concurrency,
+        idle,
+        runner: args.scale_runner,
+        playbook: args.scale_playbook,
+        ours_args: ours_args.clone(),
+    };
+    let plan =
+        restart::Plan { modes: args.restart_modes.clone(), window: Duration::from_secs(args.restart_window) };
+    // Restart rows, and the flavors that have them: the scale run of size `--restart-crs` hands its
+    // converged namespace to the restart scenario.
+    let mut restart_rows: Vec<Value> = Vec::new();
+    let mut restarted: Vec<String> = Vec::new();
     if wants(Scenario::Scale) {
         let mut scale = Vec::new();
+        for &n in &args.scale {
+            for flavor in &flavors {
+                if let Some(reason) = scenarios::scale_skip(flavor.executor, args.scale_runner) {
+                    scale.push(json!({"binary": flavor.label, "n": n, "skipped": reason}));
+                    continue;
+                }
+                let reuse =
+                    wants(Scenario::Restart) && n == args.restart_crs && !restarted.contains(&flavor.label);
+                let spec = spec(n, Duration::from_secs(args.scale_idle));
+                let (row, rows) = scenarios::scale(&ctx, flavor, &spec, reuse.then_some(&plan)).await;
+                if reuse {
+                    restarted.push(flavor.label.clone());
+                    restart_rows.extend(restart::rows_for(&flavor.label, &row, rows, "scale"));
+                }
+                scale.push(row);
+            }
+        }
+        results["scale_growth"] = Value::Array(scenarios::growth(&scale));
+        results["scale"] = Value::Array(scale);
+    }
+    if wants(Scenario::Restart) {
         for flavor in &flavors {
-            if let Some(reason) = scenarios::scale_skip(flavor.executor, args.scale_runner) {
-                scale.push(json!({"binary": flavor.label, "skipped": reason}));
+            if restarted.contains(&flavor.label) {
                 continue;
             }
-            let idle = Duration::from_secs(args.scale_idle);
-            scale.push(
-                scenarios::scale(&ctx, flavor, args.scale, args.scale_concurrency, idle, args.scale_runner)
-                    .await,
-            );
+            if let Some(reason) = scenarios::scale_skip(flavor.executor, args.scale_runner) {
+                restart_rows.push(json!({"binary": flavor.label, "skipped": reason}));
+                continue;
+            }
+            // Its own namespace: converge, then restart at once (no idle time).
+            let (row, rows) =
+                scenarios::scale(&ctx, flavor, &spec(args.restart_crs, Duration::ZERO), Some(&plan)).await;
+            restart_rows.extend(restart::rows_for(&flavor.label, &row, rows, "restart"));
         }
-        results["scale"] = Value::Array(scale);
+        results["restart"] = Value::Array(restart_rows);
     }
 
     if wants(Scenario::Sharding) {

@@ -54,6 +54,13 @@ pub struct Flavor {
 }
 
 impl Flavor {
+    /// Whether `run --help` lists `flag` (`--startup-resync`, for example).
+    pub fn knows(&self, flag: &str) -> bool {
+        self.flags.iter().any(|f| f == flag)
+    }
+}
+
+impl Flavor {
     /// Our binary with `executor`; fails when it needs `--ansible-executor` and the binary lacks it
     /// (an older build: only `cold` exists there, and runs without the flag).
     pub fn ours(
@@ -115,6 +122,7 @@ pub fn known_flags(binary: &Path) -> Vec<String> {
 }
 
 /// What to run.
+#[derive(Clone)]
 pub struct Launch<'a> {
     /// Namespace to watch.
     pub namespace: &'a str,
@@ -122,6 +130,8 @@ pub struct Launch<'a> {
     pub playbook: &'a Path,
     /// `--max-concurrent-reconciles`.
     pub concurrency: usize,
+    /// The watch's `reconcilePeriod` (a Go duration such as `1h`); the binary's default when `None`.
+    pub reconcile_period: Option<&'a str>,
     /// Directory for watches.yaml, the runner dir and the log.
     pub dir: &'a Path,
     /// Directory put first on `PATH` (the stub ansible-runner), if any.
@@ -148,13 +158,14 @@ impl Operator {
     pub fn start(flavor: &Flavor, launch: &Launch, kubeconfig: &Path, repo: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(launch.dir)?;
         let watches = launch.dir.join("watches.yaml");
-        std::fs::write(
-            &watches,
-            format!(
-                "- version: {VERSION}\n  group: {GROUP}\n  kind: {KIND}\n  playbook: {}\n",
-                launch.playbook.display()
-            ),
-        )?;
+        let mut entry = format!(
+            "- version: {VERSION}\n  group: {GROUP}\n  kind: {KIND}\n  playbook: {}\n",
+            launch.playbook.display()
+        );
+        if let Some(period) = launch.reconcile_period {
+            entry.push_str(&format!("  reconcilePeriod: {period}\n"));
+        }
+        std::fs::write(&watches, entry)?;
         let runner_dir = if flavor.runner_dir_flag {
             launch.dir.join("runner")
         } else {

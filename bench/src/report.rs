@@ -102,6 +102,174 @@ fn flavors(r: &Value) -> String {
     ours.chain(baseline).map(|label| format!("`{label}`")).collect::<Vec<_>>().join(", ")
 }
 
+/// KiB with one decimal, or "–".
+fn kib(value: &Value) -> String {
+    let v = f(value);
+    if v.is_finite() { format!("{v:.1}") } else { "–".into() }
+}
+
+/// Scenario 4: one table per size (flavors as rows; the largest size's with the growth per CR),
+/// then the at-rest and restart details.
+fn scale_tables(md: &mut String, r: &Value, rows: &[Value], ratios: &Ratios) {
+    let s = &r["settings"];
+    let mut sizes: Vec<u64> = rows.iter().filter_map(|row| row["n"].as_u64()).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let largest = sizes.last().copied();
+    let growth = r["scale_growth"].as_array().cloned().unwrap_or_default();
+    let growth_of = |label: &str| growth.iter().find(|g| g["binary"] == label).cloned().unwrap_or_default();
+    let from_to =
+        growth.iter().find(|g| g["from_n"].is_u64()).map(|g| (g["from_n"].clone(), g["to_n"].clone()));
+    let playbook = if s["scale_runner"] == "stub" {
+        "stub runner".to_string()
+    } else {
+        format!("playbook `{}`", s["scale_playbook"].as_str().unwrap_or("debug"))
+    };
+    for n in &sizes {
+        let _ = writeln!(
+            md,
+            "### 4. Scale: {n} CRs from a cold start, max-concurrent-reconciles {}, runner `{}`, {playbook}\n",
+            s["scale_concurrency"],
+            s["scale_runner"].as_str().unwrap_or_default(),
+        );
+        let with_growth = Some(*n) == largest && from_to.is_some();
+        let (head, sep) = ratios.header(" (time)");
+        let (growth_head, growth_sep) = match (&from_to, with_growth) {
+            (Some((from, to)), true) => (
+                format!(
+                    " s per extra CR ({from}→{to}) | operator RSS KiB per extra CR | tree PSS KiB per extra CR |"
+                ),
+                "---|---|---|",
+            ),
+            _ => (String::new(), ""),
+        };
+        let _ = writeln!(
+            md,
+            "| flavor | operator start → all Successful s | runs/s | operator RSS at rest MiB | tree PSS at rest MiB |{growth_head}{head}\n|---|---|---|---|---|{growth_sep}{sep}"
+        );
+        let same_n: Vec<Value> = rows.iter().filter(|row| row["n"].as_u64() == Some(*n)).cloned().collect();
+        for row in &same_n {
+            if let Some(e) = error(row) {
+                let _ = writeln!(md, "| {} | {e} | | | |", binary(row));
+                continue;
+            }
+            let growth = if with_growth {
+                let g = growth_of(binary(row));
+                format!(
+                    " {} | {} | {} |",
+                    secs3(&g["seconds_per_extra_cr"]),
+                    kib(&g["operator_rss_kib_per_extra_cr"]),
+                    kib(&g["tree_pss_kib_per_extra_cr"])
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2} | {} | {} |{growth}{}",
+                binary(row),
+                secs(&row["first_start_to_all_successful_seconds"]),
+                f(&row["runs_per_second"]),
+                mib(&row["at_rest"]["operator_rss_bytes"]),
+                mib(&row["at_rest"]["tree_pss_bytes"]),
+                ratios.cells(&same_n, row, &["n"], |r| f(&r["first_start_to_all_successful_seconds"])),
+            );
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "At rest: {} s after all were `Successful`. With 0 CRs: the operator on the empty namespace, once its memory is steady (for `warm`, with its worker up). Restart: the operator stopped and started again, every CR reconciled once more (\"restart scenario\" when the restart scenario took over that namespace).\n",
+        s["scale_idle_seconds"]
+    );
+    let _ = writeln!(
+        md,
+        "| CRs | flavor | 0 CRs: operator RSS / tree PSS MiB | idle operator RSS MiB (start → end) | idle CPU % operator / below it | runs while idle | restart → first / all Successful s |\n|---|---|---|---|---|---|---|"
+    );
+    for row in rows {
+        if let Some(e) = error(row) {
+            let _ = writeln!(md, "| {} | {} | {e} | | | | |", row["n"], binary(row));
+            continue;
+        }
+        let idle = &row["idle"];
+        let restart = if row["restart"].is_string() {
+            "restart scenario".to_string()
+        } else {
+            format!(
+                "{} / {}",
+                secs(&row["restart_to_first_successful_seconds"]),
+                secs(&row["restart_to_all_successful_seconds"])
+            )
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} / {} | {} → {} | {} / {} | {} | {restart} |",
+            row["n"],
+            binary(row),
+            mib(&row["no_crs"]["operator_rss_bytes"]),
+            mib(&row["no_crs"]["tree_pss_bytes"]),
+            mib(&idle["operator_rss_start_bytes"]),
+            mib(&idle["operator_rss_end_bytes"]),
+            secs(&idle["operator_cpu_percent"]),
+            secs(&idle["descendants_cpu_percent"]),
+            idle["reconciles_during_idle"],
+        );
+    }
+    md.push('\n');
+}
+
+/// The restart scenario: one row per flavor and `--startup-resync` mode.
+fn restart_table(md: &mut String, s: &Value, rows: &[Value]) {
+    let window = f(&s["restart_window_seconds"]);
+    let _ = writeln!(
+        md,
+        "### Restart: {} converged CRs, the operator restarted, a new CR created {} s after its start; window {window:.0} s\n",
+        s["restart_crs"], s["restart_new_cr_after_seconds"],
+    );
+    let _ = writeln!(
+        md,
+        "Runs started: `Running` became True with reason `Running` on a converged CR within the window. API req/s: the kube-apiserver's `apiserver_request_total` (all clients) over the window; in brackets over {} s with no operator just before. CPU over the window; memory at its end. Settled: the last run after the start `Successful`.\n",
+        s["restart_background_seconds"]
+    );
+    let _ = writeln!(
+        md,
+        "| flavor | startup resync | new CR create → Successful s | runs started in window (% of converged) | API req/s (no operator) | operator CPU s | tree CPU s | operator RSS MiB | tree PSS MiB | settled after s |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for row in rows {
+        let mode = row["mode"].as_str().unwrap_or_default();
+        if let Some(e) = error(row) {
+            let _ = writeln!(md, "| {} | {mode} | {e} | | | | | | | |", binary(row));
+            continue;
+        }
+        let memory = &row["memory_at_window_end"];
+        let _ = writeln!(
+            md,
+            "| {} | {mode} | {} | {} ({:.1} %) | {:.1} ({:.1}) | {} | {} | {} | {} | {} |",
+            binary(row),
+            secs(&row["new_cr_to_successful_seconds"]),
+            row["runs_started"],
+            f(&row["runs_started_percent"]),
+            f(&row["api_requests_per_second"]),
+            f(&row["api_requests_per_second_background"]),
+            secs(&row["operator_cpu_seconds"]),
+            secs(&row["tree_cpu_seconds"]),
+            mib(&memory["operator_rss_bytes"]),
+            mib(&memory["tree_pss_bytes"]),
+            secs(&row["last_run_done_seconds"]),
+        );
+    }
+    md.push('\n');
+    for row in rows.iter().filter(|row| row["note"].is_string()) {
+        let _ = writeln!(
+            md,
+            "> `{}` / `{}`: {}.\n",
+            binary(row),
+            row["mode"].as_str().unwrap_or_default(),
+            row["note"].as_str().unwrap_or_default()
+        );
+    }
+}
+
 /// Renders the report.
 pub fn markdown(r: &Value) -> String {
     let mut md = String::new();
@@ -286,41 +454,11 @@ pub fn markdown(r: &Value) -> String {
     }
 
     if let Some(rows) = r["scale"].as_array() {
-        let _ = writeln!(
-            md,
-            "### 4. Scale at rest: {} CRs, max-concurrent-reconciles {}, runner `{}`\n",
-            s["scale"],
-            s["scale_concurrency"],
-            s["scale_runner"].as_str().unwrap_or_default()
-        );
-        let _ = writeln!(
-            md,
-            "| flavor | operator start → all Successful s | operator RSS MiB with no CRs | idle operator RSS MiB (start → end of {} s) | idle CPU % operator / below it | runs while idle | restart → first / all Successful s | peak operator RSS during restart MiB |\n|---|---|---|---|---|---|---|---|",
-            s["scale_idle_seconds"]
-        );
-        for row in rows {
-            if let Some(e) = error(row) {
-                let _ = writeln!(md, "| {} | {e} | | | | | | |", binary(row));
-                continue;
-            }
-            let idle = &row["idle"];
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} → {} | {:.2} / {:.2} | {} | {} / {} | {} |",
-                binary(row),
-                secs(&row["first_start_to_all_successful_seconds"]),
-                mib(&row["operator_rss_no_crs_bytes"]),
-                mib(&idle["operator_rss_start_bytes"]),
-                mib(&idle["operator_rss_end_bytes"]),
-                f(&idle["operator_cpu_percent"]),
-                f(&idle["descendants_cpu_percent"]),
-                idle["reconciles_during_idle"],
-                secs(&row["restart_to_first_successful_seconds"]),
-                secs(&row["restart_to_all_successful_seconds"]),
-                mib(&row["restart_memory"]["operator_rss_peak_bytes"]),
-            );
-        }
-        md.push('\n');
+        scale_tables(&mut md, r, rows, &ratios);
+    }
+
+    if let Some(rows) = r["restart"].as_array() {
+        restart_table(&mut md, s, rows);
     }
 
     if let Some(rows) = r["sharding"].as_array() {
@@ -486,5 +624,57 @@ mod tests {
         let md = markdown(&r);
         assert!(line(&md, "| playbook | flavor |").ends_with("| task adds s |"));
         assert_eq!(line(&md, "| debug | warm |"), "| debug | warm | 0.250 | 0.250 | 0.25× |  |");
+    }
+
+    #[test]
+    fn the_largest_scale_size_has_the_growth_per_cr_and_restart_rows_are_flavor_by_mode() {
+        let scale = |binary: &str, n: u64, seconds: f64| {
+            json!({"binary": binary, "n": n, "first_start_to_all_successful_seconds": seconds,
+                   "runs_per_second": n as f64 / seconds,
+                   "at_rest": {"operator_rss_bytes": 41943040, "tree_pss_bytes": 136314880},
+                   "no_crs": {"operator_rss_bytes": 31457280, "tree_pss_bytes": 125829120}, "idle": {}})
+        };
+        let r = json!({
+            "settings": {"executors": ["warm"], "scale_concurrency": 4, "scale_runner": "real",
+                         "scale_playbook": "dependents", "scale_idle_seconds": 60, "restart_crs": 2000,
+                         "restart_window_seconds": 300, "restart_new_cr_after_seconds": 2.0,
+                         "restart_background_seconds": 10.0},
+            "versions": {"binaries": {"warm": "/o", "baseline": "/u"}},
+            "scale": [scale("warm", 500, 50.0), scale("baseline", 500, 400.0),
+                      scale("warm", 2000, 200.0), scale("baseline", 2000, 1600.0)],
+            "scale_growth": [
+                {"binary": "warm", "from_n": 500, "to_n": 2000, "seconds_per_extra_cr": 0.1,
+                 "operator_rss_kib_per_extra_cr": 4.25, "tree_pss_kib_per_extra_cr": 6.5},
+                {"binary": "baseline", "from_n": 500, "to_n": 2000, "seconds_per_extra_cr": 0.8,
+                 "operator_rss_kib_per_extra_cr": 30.0, "tree_pss_kib_per_extra_cr": 30.0},
+            ],
+            "restart": [
+                {"binary": "warm", "mode": "all", "new_cr_to_successful_seconds": 3.5, "runs_started": 2000,
+                 "runs_started_percent": 100.0, "api_requests_per_second": 120.0,
+                 "api_requests_per_second_background": 2.0, "operator_cpu_seconds": 12.0,
+                 "tree_cpu_seconds": 250.0, "last_run_done_seconds": 210.0,
+                 "memory_at_window_end": {"operator_rss_bytes": 41943040, "tree_pss_bytes": 136314880}},
+                {"binary": "warm", "mode": "due", "error": "no --startup-resync"},
+            ],
+        });
+        let md = markdown(&r);
+        let headers: Vec<&str> = md.lines().filter(|l| l.starts_with("| flavor | operator start")).collect();
+        assert_eq!(headers.len(), 2);
+        assert!(!headers[0].contains("per extra CR"));
+        assert!(headers[1].contains("| s per extra CR (500→2000) | operator RSS KiB per extra CR | tree PSS KiB per extra CR | baseline ÷ this (time) |"));
+        assert_eq!(line(&md, "| warm | 50.00 |"), "| warm | 50.00 | 10.00 | 40.0 | 130.0 | 8.00× |");
+        assert_eq!(
+            line(&md, "| warm | 200.00 |"),
+            "| warm | 200.00 | 10.00 | 40.0 | 130.0 | 0.100 | 4.2 | 6.5 | 8.00× |"
+        );
+        assert_eq!(
+            line(&md, "| 2000 | baseline |"),
+            "| 2000 | baseline | 30.0 / 120.0 | – → – | – / – | null | – / – |"
+        );
+        assert_eq!(
+            line(&md, "| warm | all |"),
+            "| warm | all | 3.50 | 2000 (100.0 %) | 120.0 (2.0) | 12.00 | 250.00 | 40.0 | 130.0 | 210.00 |"
+        );
+        assert_eq!(line(&md, "| warm | due |"), "| warm | due | no --startup-resync | | | | | | | |");
     }
 }

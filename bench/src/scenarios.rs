@@ -15,6 +15,7 @@ use crate::now;
 use crate::operator::{Executor, Flavor, Launch, Operator};
 use crate::phases;
 use crate::procfs::{self, Sampler, TreeCpu, TreeMemory};
+use crate::restart;
 use crate::stats::Summary;
 use crate::watch::Tracker;
 
@@ -318,6 +319,7 @@ impl Single {
             namespace: &single.namespace,
             playbook: &ctx.playbook(playbook),
             concurrency: 1,
+            reconcile_period: None,
             dir: &dir,
             path_prefix: None,
             args: Vec::new(),
@@ -457,6 +459,7 @@ async fn burst_in(
         namespace,
         playbook: &ctx.playbook(playbook),
         concurrency,
+        reconcile_period: None,
         dir: &dir,
         path_prefix: None,
         args: Vec::new(),
@@ -515,8 +518,54 @@ pub const MIB: f64 = 1024.0 * 1024.0;
 pub enum ScaleRunner {
     /// A stub ansible-runner that prints a successful run's events (the runtime alone).
     Stub,
-    /// The real ansible-runner with the one-`debug` playbook.
+    /// The real ansible-runner with `--scale-playbook`.
     Real,
+}
+
+impl ScaleRunner {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleRunner::Stub => "stub",
+            ScaleRunner::Real => "real",
+        }
+    }
+}
+
+/// The scale and restart scenarios' playbook (with the real runner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScalePlaybook {
+    /// `playbooks/debug.yml`: one `debug` task.
+    Debug,
+    /// `playbooks/dependents.yml`: three ConfigMaps per CR, owned by it.
+    Dependents,
+}
+
+impl ScalePlaybook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScalePlaybook::Debug => "debug",
+            ScalePlaybook::Dependents => "dependents",
+        }
+    }
+}
+
+/// The watch's `reconcilePeriod` in the scale and restart scenarios: long, so that no periodic
+/// resync falls inside a measurement.
+pub const SCALE_RECONCILE_PERIOD: &str = "1h";
+
+/// One run of the scale scenario.
+#[derive(Debug, Clone)]
+pub struct Scale {
+    /// CRs.
+    pub n: usize,
+    /// `--max-concurrent-reconciles`.
+    pub concurrency: usize,
+    /// How long the converged operator is left alone.
+    pub idle: Duration,
+    pub runner: ScaleRunner,
+    pub playbook: ScalePlaybook,
+    /// Flags for our operator only (`--resync-jitter`, `--max-resyncs-per-second`).
+    pub ours_args: Vec<String>,
 }
 
 /// Why a flavor (our `executor`, or `None` for the baseline) cannot run the scale scenario with
@@ -534,55 +583,54 @@ pub fn scale_skip(executor: Option<Executor>, runner: ScaleRunner) -> Option<&'s
     }
 }
 
-/// `n` CRs created while no operator runs; start the operator and time until all are `Successful`;
-/// then idle for `idle` and measure the operator's RSS and CPU; then restart it and time until all
-/// are `Successful` again.
+/// `spec.n` CRs created while no operator runs; start the operator and time until all are
+/// `Successful`; then idle for `spec.idle` and measure the operator's RSS and CPU, and the tree's
+/// memory at rest. Then, without `restart`, restart it and time until all are `Successful` again;
+/// with `restart`, the restart scenario runs on this converged namespace instead (its rows are the
+/// second value).
 pub async fn scale(
     ctx: &Ctx,
     flavor: &Flavor,
-    n: usize,
-    concurrency: usize,
-    idle: Duration,
-    runner: ScaleRunner,
-) -> Value {
-    let label = format!("scale-{}", flavor.label);
+    spec: &Scale,
+    restart: Option<&restart::Plan>,
+) -> (Value, Value) {
+    let label = format!("scale{}-{}", spec.n, flavor.label);
     let mut value = in_namespace(ctx, "bench-scale", async |namespace| {
-        scale_in(ctx, flavor, n, concurrency, idle, runner, namespace, &label).await
+        scale_in(ctx, flavor, spec, restart, namespace, &label).await
     })
     .await;
+    let restart_rows = value.as_object_mut().and_then(|v| v.remove("restart_rows")).unwrap_or_default();
     value["binary"] = json!(flavor.label);
-    value["n"] = json!(n);
-    value["concurrency"] = json!(concurrency);
-    value["runner"] = json!(match runner {
-        ScaleRunner::Stub => "stub",
-        ScaleRunner::Real => "real",
-    });
-    value["idle_seconds"] = json!(idle.as_secs_f64());
-    value
+    value["n"] = json!(spec.n);
+    value["concurrency"] = json!(spec.concurrency);
+    value["runner"] = json!(spec.runner.as_str());
+    value["playbook"] = json!(spec.playbook.as_str());
+    value["idle_seconds"] = json!(spec.idle.as_secs_f64());
+    (value, restart_rows)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn scale_in(
     ctx: &Ctx,
     flavor: &Flavor,
-    n: usize,
-    concurrency: usize,
-    idle: Duration,
-    runner: ScaleRunner,
+    spec: &Scale,
+    restart: Option<&restart::Plan>,
     namespace: &str,
     label: &str,
 ) -> anyhow::Result<Value> {
+    let n = spec.n;
     let api = cluster::crs(&ctx.client, namespace);
     let tracker = Tracker::start(api.clone()).await?;
     let dir = ctx.scratch(label);
     let stub = ctx.bench.join("stub");
+    let playbook = ctx.playbook(spec.playbook.as_str());
     let launch = Launch {
         namespace,
-        playbook: &ctx.playbook("debug"),
-        concurrency,
+        playbook: &playbook,
+        concurrency: spec.concurrency,
+        reconcile_period: Some(SCALE_RECONCILE_PERIOD),
         dir: &dir,
-        path_prefix: (runner == ScaleRunner::Stub).then_some(stub.as_path()),
-        args: Vec::new(),
+        path_prefix: (spec.runner == ScaleRunner::Stub).then_some(stub.as_path()),
+        args: if flavor.executor.is_some() { spec.ours_args.clone() } else { Vec::new() },
         env: Vec::new(),
     };
 
@@ -590,7 +638,7 @@ async fn scale_in(
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     operator.check_alive()?;
-    let empty_rss = procfs::rss(operator.pid()).unwrap_or_default();
+    let empty = settled_memory(&mut operator).await?;
     operator.stop(Duration::from_secs(30));
     drop(operator);
 
@@ -617,18 +665,46 @@ async fn scale_in(
     let rss_start = procfs::rss(operator.pid()).unwrap_or_default();
     let cpu_before = TreeCpu::read(operator.pid());
     let sampler = Sampler::start(operator.pid(), Duration::from_secs(1), false);
-    tokio::time::sleep(idle).await;
+    tokio::time::sleep(spec.idle).await;
     let idle_cpu = TreeCpu::read(operator.pid()).since(cpu_before);
     let idle_peaks = sampler.finish();
-    let percent = |seconds: f64| seconds / idle.as_secs_f64() * 100.0;
+    let at_rest = TreeMemory::read(operator.pid(), true).unwrap_or_default();
+    let percent = |seconds: f64| seconds / spec.idle.as_secs_f64().max(f64::MIN_POSITIVE) * 100.0;
     let reruns_at_rest = tracker.count_successful(&crs, operator.started + first + 0.5);
     eprintln!(
-        "bench: scale ({}): idle {:.0} s: RSS {:.1} MiB, CPU {:.2} %",
+        "bench: scale ({}): at rest after {:.0} s: operator RSS {:.1} MiB, tree PSS {:.1} MiB, CPU {:.2} %",
         flavor.label,
-        idle.as_secs_f64(),
-        idle_peaks.last_operator_rss as f64 / MIB,
+        spec.idle.as_secs_f64(),
+        at_rest.root_rss as f64 / MIB,
+        at_rest.tree_pss as f64 / MIB,
         percent(idle_cpu.root)
     );
+    let mut value = json!({
+        "create_seconds": create_secs,
+        "operator_rss_no_crs_bytes": empty.root_rss,
+        "no_crs": empty.json(),
+        "first_start_to_all_successful_seconds": first,
+        "runs_per_second": n as f64 / first,
+        "first_start_memory": converge_peaks.json(),
+        "at_rest": at_rest.json(),
+        "idle": {
+            "operator_rss_start_bytes": rss_start,
+            "operator_rss_end_bytes": idle_peaks.last_operator_rss,
+            "operator_rss_peak_bytes": idle_peaks.operator_rss,
+            "operator_cpu_seconds": idle_cpu.root,
+            "operator_cpu_percent": percent(idle_cpu.root),
+            "descendants_cpu_seconds": idle_cpu.descendants,
+            "descendants_cpu_percent": percent(idle_cpu.descendants),
+            "reconciles_during_idle": reruns_at_rest,
+        },
+    });
+
+    if let Some(plan) = restart {
+        let converged = restart::Converged { api: &api, tracker: &tracker, crs, launch: &launch, label };
+        value["restart_rows"] = restart::restarts(ctx, flavor, plan, converged, operator).await;
+        value["restart"] = json!("restart scenario");
+        return Ok(value);
+    }
 
     // Restart.
     let stop_secs = operator.stop(Duration::from_secs(30));
@@ -649,27 +725,73 @@ async fn scale_in(
         tracks.iter().filter_map(|t| t.successful_since(restarted)).fold(f64::INFINITY, f64::min) - restarted;
     let restart = last_successful(&tracker, &crs, restarted) - restarted;
     eprintln!("bench: scale ({}): restart to {n} Successful in {restart:.1} s", flavor.label);
-    Ok(json!({
-        "create_seconds": create_secs,
-        "operator_rss_no_crs_bytes": empty_rss,
-        "first_start_to_all_successful_seconds": first,
-        "first_start_memory": converge_peaks.json(),
-        "idle": {
-            "operator_rss_start_bytes": rss_start,
-            "operator_rss_end_bytes": idle_peaks.last_operator_rss,
-            "operator_rss_peak_bytes": idle_peaks.operator_rss,
-            "operator_cpu_seconds": idle_cpu.root,
-            "operator_cpu_percent": percent(idle_cpu.root),
-            "descendants_cpu_seconds": idle_cpu.descendants,
-            "descendants_cpu_percent": percent(idle_cpu.descendants),
-            "reconciles_during_idle": reruns_at_rest,
-        },
-        "stop_seconds": stop_secs,
-        "restart_to_first_successful_seconds": restart_first,
-        "restart_to_all_successful_seconds": restart,
-        "restart_operator_cpu_seconds": restart_cpu.0,
-        "restart_memory": restart_peaks.json(),
-    }))
+    value["stop_seconds"] = json!(stop_secs);
+    value["restart_to_first_successful_seconds"] = json!(restart_first);
+    value["restart_to_all_successful_seconds"] = json!(restart);
+    value["restart_operator_cpu_seconds"] = json!(restart_cpu.0);
+    value["restart_memory"] = restart_peaks.json();
+    Ok(value)
+}
+
+/// The operator tree's memory once it has stopped changing (for `warm`, once the worker is up):
+/// two readings 1 s apart with the same processes and a tree PSS within 2 %, or the last reading
+/// after 15 s.
+async fn settled_memory(operator: &mut Operator) -> anyhow::Result<TreeMemory> {
+    let mut last = TreeMemory::read(operator.pid(), true).unwrap_or_default();
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        operator.check_alive()?;
+        let now = TreeMemory::read(operator.pid(), true).unwrap_or_default();
+        let steady = now.processes == last.processes
+            && (now.tree_pss as f64 - last.tree_pss as f64).abs() <= 0.02 * last.tree_pss as f64;
+        last = now;
+        if steady {
+            break;
+        }
+    }
+    Ok(last)
+}
+
+/// How time and memory grow with the number of CRs, per flavor, between the smallest and the
+/// largest size of the scale rows that succeeded (fewer than two sizes: no growth, only the
+/// empty namespace).
+pub fn growth(rows: &[Value]) -> Vec<Value> {
+    let mut flavors: Vec<&str> = Vec::new();
+    for row in rows {
+        if let Some(label) = row["binary"].as_str().filter(|l| !flavors.contains(l)) {
+            flavors.push(label);
+        }
+    }
+    let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    flavors
+        .into_iter()
+        .map(|label| {
+            let mut ok: Vec<&Value> = rows
+                .iter()
+                .filter(|r| r["binary"] == label && r["error"].is_null() && r["skipped"].is_null())
+                .collect();
+            ok.sort_by_key(|r| r["n"].as_u64().unwrap_or_default());
+            let mut value = json!({"binary": label});
+            if let Some(first) = ok.first() {
+                value["no_crs"] = first["no_crs"].clone();
+            }
+            if let (Some(small), Some(large)) = (ok.first(), ok.last())
+                && large["n"].as_u64() > small["n"].as_u64()
+            {
+                let extra = num(&large["n"]) - num(&small["n"]);
+                let per = |key: &dyn Fn(&Value) -> f64| (key(large) - key(small)) / extra;
+                value["from_n"] = small["n"].clone();
+                value["to_n"] = large["n"].clone();
+                value["seconds_per_extra_cr"] =
+                    json!(per(&|r| num(&r["first_start_to_all_successful_seconds"])));
+                value["operator_rss_kib_per_extra_cr"] =
+                    json!(per(&|r| num(&r["at_rest"]["operator_rss_bytes"])) / 1024.0);
+                value["tree_pss_kib_per_extra_cr"] =
+                    json!(per(&|r| num(&r["at_rest"]["tree_pss_bytes"])) / 1024.0);
+            }
+            value
+        })
+        .collect()
 }
 
 pub fn last_successful(tracker: &Tracker, names: &[String], since: f64) -> f64 {
@@ -678,8 +800,43 @@ pub fn last_successful(tracker: &Tracker, names: &[String], since: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{ScaleRunner, scale_skip};
+    use serde_json::json;
+
+    use super::{ScaleRunner, growth, scale_skip};
     use crate::operator::Executor;
+
+    fn row(binary: &str, n: u64, seconds: f64, rss_mib: u64, pss_mib: u64) -> serde_json::Value {
+        json!({
+            "binary": binary, "n": n, "first_start_to_all_successful_seconds": seconds,
+            "no_crs": {"operator_rss_bytes": 1},
+            "at_rest": {"operator_rss_bytes": rss_mib << 20, "tree_pss_bytes": pss_mib << 20},
+        })
+    }
+
+    #[test]
+    fn growth_is_per_extra_cr_between_the_smallest_and_largest_size_of_each_flavor() {
+        let rows = [
+            row("warm", 2000, 300.0, 50, 130),
+            row("warm", 500, 75.0, 35, 115),
+            row("baseline", 500, 600.0, 80, 90),
+            json!({"binary": "baseline", "n": 2000, "error": "stalled"}),
+        ];
+        let growth = growth(&rows);
+        assert_eq!(growth.len(), 2);
+        let warm = &growth[0];
+        assert_eq!(
+            (warm["binary"].as_str(), warm["from_n"].as_u64(), warm["to_n"].as_u64()),
+            (Some("warm"), Some(500), Some(2000))
+        );
+        assert_eq!(warm["seconds_per_extra_cr"], 0.15);
+        assert_eq!(warm["operator_rss_kib_per_extra_cr"], 15.0 * 1024.0 / 1500.0);
+        assert_eq!(warm["tree_pss_kib_per_extra_cr"], 15.0 * 1024.0 / 1500.0);
+        assert_eq!(warm["no_crs"]["operator_rss_bytes"], 1);
+        // One size that succeeded: the empty namespace, no growth.
+        assert_eq!(growth[1]["binary"], "baseline");
+        assert!(growth[1]["seconds_per_extra_cr"].is_null());
+        assert_eq!(growth[1]["no_crs"]["operator_rss_bytes"], 1);
+    }
 
     #[test]
     fn the_stub_runner_serves_only_the_cold_executor() {

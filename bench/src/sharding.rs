@@ -89,6 +89,7 @@ async fn sharding_in(
             namespace,
             playbook: &playbook,
             concurrency,
+            reconcile_period: None,
             dir: &dir,
             path_prefix: matches!(workload, Workload::Stub).then_some(stub.as_path()),
             args: vec![

@@ -25,6 +25,10 @@ pub struct Track {
     pub successful: Vec<f64>,
     /// Each time `Failure` became True.
     pub failed: Vec<f64>,
+    /// Each time a condition's `ansibleResult.completion` took a new value (a run finished; its
+    /// stats event's time).
+    pub completions: Vec<f64>,
+    last_completion: Option<String>,
     last_running: bool,
     last_successful: bool,
     last_failed: bool,
@@ -39,6 +43,16 @@ impl Track {
     /// First `Running` at or after `since`.
     pub fn running_since(&self, since: f64) -> Option<f64> {
         self.running.iter().copied().find(|t| *t >= since)
+    }
+
+    /// Runs started (`Running` became True with reason `Running`) in `[from, to]`.
+    pub fn runs_between(&self, from: f64, to: f64) -> usize {
+        self.running.iter().filter(|t| (from..=to).contains(*t)).count()
+    }
+
+    /// Whether the last status seen has a run in progress (`Running` True with reason `Running`).
+    pub fn is_running(&self) -> bool {
+        self.last_running
     }
 }
 
@@ -112,6 +126,12 @@ impl Tracker {
             .count()
     }
 
+    /// How many of `names` have a run in progress, by the last status seen.
+    pub fn count_running(&self, names: &[String]) -> usize {
+        let tracks = self.tracks.lock().unwrap();
+        names.iter().filter(|name| tracks.get(*name).is_some_and(Track::is_running)).count()
+    }
+
     /// How many of `names` have failed at least once since `since`.
     pub fn count_failed(&self, names: &[String], since: f64) -> usize {
         let tracks = self.tracks.lock().unwrap();
@@ -140,6 +160,16 @@ fn observe(tracks: &mut HashMap<String, Track>, object: &DynamicObject, at: f64)
         condition(object, "Running").is_some_and(|c| c["status"] == "True" && c["reason"] == "Running");
     let successful = is_true("Successful");
     let failed = is_true("Failure");
+    let completion = object.data["status"]["conditions"].as_array().and_then(|conditions| {
+        conditions.iter().find_map(|c| c["ansibleResult"]["completion"].as_str().filter(|s| !s.is_empty()))
+    });
+    if completion.is_some() && completion != track.last_completion.as_deref() {
+        // The first sight of a CR that already ran (the watch's initial list) is not a new run.
+        if track.seen != Some(at) || track.last_completion.is_some() {
+            track.completions.push(at);
+        }
+        track.last_completion = completion.map(str::to_string);
+    }
     if running && !track.last_running {
         track.running.push(at);
     }
