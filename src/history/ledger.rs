@@ -39,6 +39,14 @@ impl Ledger {
         (entry.dependent, entry.scheduled)
     }
 
+    /// Whether the CR's next run is a plain periodic resync: the last run scheduled one and no
+    /// dependent object changed since.
+    pub fn resync_scheduled(&self, cr: &CrKey) -> bool {
+        self.lock()
+            .get(cr)
+            .is_some_and(|entry| entry.dependent.is_none() && entry.scheduled == Some(Scheduled::Resync))
+    }
+
     /// Forgets a CR that is gone.
     pub fn forget(&self, cr: &CrKey) {
         self.lock().remove(cr);
@@ -66,5 +74,21 @@ mod tests {
         ledger.scheduled(key(), Scheduled::Resync);
         assert_eq!(ledger.take(&key()), (Some(first), Some(Scheduled::Resync)));
         assert_eq!(ledger.take(&key()), (None, None));
+    }
+
+    #[test]
+    fn only_a_scheduled_resync_without_a_dependent_change_is_a_plain_resync() {
+        let ledger = Ledger::default();
+        assert!(!ledger.resync_scheduled(&key()));
+        ledger.scheduled(key(), Scheduled::Resync);
+        assert!(ledger.resync_scheduled(&key()));
+        ledger.dependent_changed(
+            key(),
+            Dependent { kind: "ConfigMap".into(), namespace: None, name: "a".into() },
+        );
+        assert!(!ledger.resync_scheduled(&key()));
+        let _ = ledger.take(&key());
+        ledger.scheduled(key(), Scheduled::RequeueAfter);
+        assert!(!ledger.resync_scheduled(&key()));
     }
 }
