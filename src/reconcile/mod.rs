@@ -117,10 +117,20 @@ fn defer_at_startup(object: &DynamicObject, ctx: &Context, key: &str) -> Option<
     let period = plan::period(object, &ctx.watch, Flags::of(&ctx.settings))?;
     let draw = ctx.settings.resync_jitter.draw();
     let startup = schedule::at_startup(object, period, draw, jiff::Timestamp::now());
-    if matches!(startup, Startup::Overdue | Startup::Defer(Next::Requeue(_))) {
-        ctx.settings.ledger.scheduled(journal::cr_key(ctx, object), Scheduled::Resync);
-    }
-    let Startup::Defer(next) = startup else { return None };
+    // Its coming run is the resync it was due for (so it passes the resync bucket).
+    let resync_scheduled = || ctx.settings.ledger.scheduled(journal::cr_key(ctx, object), Scheduled::Resync);
+    let next = match startup {
+        Startup::Run => return None,
+        Startup::Overdue => {
+            resync_scheduled();
+            return None;
+        }
+        Startup::Later(wait) => {
+            resync_scheduled();
+            Next::Requeue(wait)
+        }
+        Startup::OnChange => Next::AwaitChange,
+    };
     tracing::debug!(?next, "converged at start-up: resync scheduled, nothing runs now");
     Some(next)
 }

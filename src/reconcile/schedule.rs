@@ -12,7 +12,6 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::annotations;
-use super::context::Next;
 use crate::status::{self, conditions};
 
 /// `--startup-resync`: what the operator does with each CR when it starts.
@@ -80,8 +79,10 @@ pub enum Startup {
     Run,
     /// Converged and its resync is past due: run now, as the resync it is.
     Overdue,
-    /// Converged: nothing runs now; come back then (or only on a change).
-    Defer(Next),
+    /// Converged: nothing runs now; come back after this long.
+    Later(Duration),
+    /// Converged with no period: nothing runs until the CR changes.
+    OnChange,
 }
 
 /// Decides the first look at `object` from its status, its reconcile `period` and a jitter `draw`
@@ -89,12 +90,12 @@ pub enum Startup {
 pub fn at_startup(object: &DynamicObject, period: Duration, draw: f64, now: Timestamp) -> Startup {
     let Some(confirmed) = settled(object) else { return Startup::Run };
     if period.is_zero() {
-        return Startup::Defer(Next::AwaitChange);
+        return Startup::OnChange;
     }
     // A confirmation in the future (clock skew) counts as now.
     let elapsed = Duration::try_from(now.duration_since(confirmed)).unwrap_or_default();
     match stretched(period, draw).checked_sub(elapsed).filter(|wait| !wait.is_zero()) {
-        Some(wait) => Startup::Defer(Next::Requeue(wait)),
+        Some(wait) => Startup::Later(wait),
         None => Startup::Overdue,
     }
 }
@@ -195,13 +196,10 @@ mod tests {
     #[test]
     fn a_converged_cr_is_scheduled_at_its_last_confirmation_plus_its_period_and_jitter() {
         let now = at("2026-11-21T05:50:01.1234Z");
-        assert_eq!(
-            at_startup(&converged_cr(), HOUR, 0.0, now),
-            Startup::Defer(Next::Requeue(Duration::from_secs(30 * 60)))
-        );
+        assert_eq!(at_startup(&converged_cr(), HOUR, 0.0, now), Startup::Later(Duration::from_secs(30 * 60)));
         assert_eq!(
             at_startup(&converged_cr(), HOUR, 0.1, now),
-            Startup::Defer(Next::Requeue(Duration::from_secs(36 * 60))),
+            Startup::Later(Duration::from_secs(36 * 60)),
             "a tenth of the period later"
         );
     }
@@ -215,10 +213,7 @@ mod tests {
 
     #[test]
     fn a_converged_cr_without_a_period_waits_for_a_change() {
-        assert_eq!(
-            at_startup(&converged_cr(), Duration::ZERO, 0.1, at(COMPLETION)),
-            Startup::Defer(Next::AwaitChange)
-        );
+        assert_eq!(at_startup(&converged_cr(), Duration::ZERO, 0.1, at(COMPLETION)), Startup::OnChange);
     }
 
     #[test]
@@ -259,7 +254,7 @@ mod tests {
                                          "lastTransitionTime": "2026-11-21T05:00:00Z"}]);
         assert_eq!(
             at_startup(&cr(without_completion, json!({})), HOUR, 0.0, at("2026-11-21T05:10:00Z")),
-            Startup::Defer(Next::Requeue(Duration::from_secs(50 * 60)))
+            Startup::Later(Duration::from_secs(50 * 60))
         );
         let never_confirmed = json!([{"type": "Successful", "status": "True", "observedGeneration": 2}]);
         assert_eq!(at_startup(&cr(never_confirmed, json!({})), HOUR, 0.0, at(COMPLETION)), Startup::Run);
@@ -271,7 +266,7 @@ mod tests {
         let asked = cr(succeeded(2), request("2026-11-21T05:30:00Z"));
         assert_eq!(at_startup(&asked, HOUR, 0.0, at("2026-11-21T05:40:00Z")), Startup::Run);
         let served = cr(succeeded(2), request("2026-11-21T05:00:00Z"));
-        assert!(matches!(at_startup(&served, HOUR, 0.0, at("2026-11-21T05:40:00Z")), Startup::Defer(_)));
+        assert!(matches!(at_startup(&served, HOUR, 0.0, at("2026-11-21T05:40:00Z")), Startup::Later(_)));
     }
 
     #[test]
