@@ -1,6 +1,7 @@
 //! What the operator remembers between runs of a CR, to say why the next one happens: the
 //! dependent object that changed, and what it scheduled when the last run ended. In memory only: after
-//! a restart every CR's first run is a start-up run.
+//! a restart every CR's first run is a start-up run (with `--startup-resync=due`, a converged CR's
+//! first run is the resync scheduled when it was first seen).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
