@@ -175,6 +175,25 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_RUNS", default_value_t = 0)]
     pub max_concurrent_runs: usize,
 
+    /// What a start does with converged CRs (their last run succeeded for their generation):
+    /// `all` runs every CR once, as upstream; `due` runs them when their reconcile period comes
+    /// due, counted from their last run, and runs at once only what is new, changed, failed, being
+    /// deleted or asked for.
+    #[arg(long, env = "ANSIBLE_OPERATOR_STARTUP_RESYNC", default_value = "all", ignore_case = true)]
+    pub startup_resync: crate::reconcile::schedule::StartupResync,
+
+    /// Jitter of periodic resyncs, as a fraction of the period: a resync comes after
+    /// `period × (1 + U[0, fraction])` (0: exactly at the period). A playbook's `requeue_after`
+    /// stays exact.
+    #[arg(long, env = "ANSIBLE_OPERATOR_RESYNC_JITTER", default_value = "0.1")]
+    pub resync_jitter: crate::reconcile::schedule::Jitter,
+
+    /// Periodic resyncs that may start per second across all kinds (0: no limit). New CRs, spec
+    /// changes, failures, finalizers and manual requests never wait on it.
+    #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RESYNCS_PER_SECOND", default_value_t = 0.0,
+          value_parser = resyncs_per_second)]
+    pub max_resyncs_per_second: f64,
+
     /// Run artifacts kept across all CRs, oldest removed first (0: only each CR's own
     /// `maxRunnerArtifacts` applies).
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RUNNER_ARTIFACTS_TOTAL", default_value_t = 0)]
@@ -223,6 +242,14 @@ pub struct RunArgs {
     pub log: LogArgs,
 }
 
+/// `--max-resyncs-per-second`: a rate, 0 or more.
+fn resyncs_per_second(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
+        _ => Err(format!("must be a number of resyncs per second, 0 or more (0: no limit), got {text}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +282,27 @@ mod tests {
         assert_eq!(args.ansible_run_timeout, Duration::ZERO, "no run timeout");
         assert!(!args.sharding, "sharding is off by default");
         assert_eq!(args.sharding_ring, None);
+        assert_eq!(args.startup_resync, crate::reconcile::schedule::StartupResync::All, "upstream's start");
+        assert_eq!(args.resync_jitter, "0.1".parse().unwrap());
+        assert_eq!(args.max_resyncs_per_second, 0.0, "no resync limit");
+    }
+
+    #[test]
+    fn resync_flags_reject_values_out_of_range_naming_the_flag_and_value() {
+        use crate::reconcile::schedule::StartupResync;
+        assert_eq!(run(&["--startup-resync=due"]).startup_resync, StartupResync::Due);
+        assert_eq!(run(&["--resync-jitter=0"]).resync_jitter, crate::reconcile::schedule::Jitter::NONE);
+        assert_eq!(run(&["--max-resyncs-per-second=2.5"]).max_resyncs_per_second, 2.5);
+        for (flag, value) in [
+            ("--resync-jitter", "1.5"),
+            ("--resync-jitter", "-0.1"),
+            ("--max-resyncs-per-second", "-1"),
+            ("--startup-resync", "some"),
+        ] {
+            let argv = ["ansible-operator".to_string(), "run".to_string(), format!("{flag}={value}")];
+            let error = Cli::try_parse_from(argv).expect_err(value).to_string();
+            assert!(error.contains(flag) && error.contains(value), "{error}");
+        }
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl WatchController {
             namespaced: capabilities.scope == Scope::Namespaced,
             settings,
             backoff: Default::default(),
+            seen: Default::default(),
             proxy,
             gvk_label: metrics::gvk_label(&gvk.group, &gvk.version, &gvk.kind),
             controller_label: metrics::controller_label(&gvk.kind, &gvk.version),
@@ -178,7 +179,8 @@ impl WatchController {
                 move |event| {
                     match event {
                         watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
-                            remove_runner_dir(&ctx, object)
+                            remove_runner_dir(&ctx, object);
+                            ctx.seen.forget(&reconcile::key_of(object));
                         }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {

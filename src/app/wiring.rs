@@ -18,8 +18,8 @@ use crate::leader;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
-use crate::reconcile::Settings;
 use crate::reconcile::budget::Budget;
+use crate::reconcile::{Pacer, Settings};
 use crate::recorder::{Recorder, Reporter};
 use crate::runner::{self, Inventory};
 use crate::sharding::{self, Membership};
@@ -371,6 +371,9 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
         playbook_env: shared.playbook_env,
         budget: Budget::new(args.max_concurrent_runs),
+        startup_resync: args.startup_resync,
+        resync_jitter: args.resync_jitter,
+        resync_pacer: Arc::new(Pacer::new(args.max_resyncs_per_second)),
         history: shared.history,
         events: Some(shared.events),
         ledger: shared.ledger,

@@ -1,6 +1,7 @@
 //! What the operator remembers between runs of a CR, to say why the next one happens: the
 //! dependent object that changed, and what it scheduled when the last run ended. In memory only: after
-//! a restart every CR's first run is a start-up run.
+//! a restart every CR's first run is a start-up run (with `--startup-resync=due`, a converged CR's
+//! first run is the resync scheduled when it was first seen).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -39,6 +40,14 @@ impl Ledger {
         (entry.dependent, entry.scheduled)
     }
 
+    /// Whether the CR's next run is a plain periodic resync: the last run scheduled one and no
+    /// dependent object changed since.
+    pub fn resync_scheduled(&self, cr: &CrKey) -> bool {
+        self.lock()
+            .get(cr)
+            .is_some_and(|entry| entry.dependent.is_none() && entry.scheduled == Some(Scheduled::Resync))
+    }
+
     /// Forgets a CR that is gone.
     pub fn forget(&self, cr: &CrKey) {
         self.lock().remove(cr);
@@ -66,5 +75,21 @@ mod tests {
         ledger.scheduled(key(), Scheduled::Resync);
         assert_eq!(ledger.take(&key()), (Some(first), Some(Scheduled::Resync)));
         assert_eq!(ledger.take(&key()), (None, None));
+    }
+
+    #[test]
+    fn only_a_scheduled_resync_without_a_dependent_change_is_a_plain_resync() {
+        let ledger = Ledger::default();
+        assert!(!ledger.resync_scheduled(&key()));
+        ledger.scheduled(key(), Scheduled::Resync);
+        assert!(ledger.resync_scheduled(&key()));
+        ledger.dependent_changed(
+            key(),
+            Dependent { kind: "ConfigMap".into(), namespace: None, name: "a".into() },
+        );
+        assert!(!ledger.resync_scheduled(&key()));
+        let _ = ledger.take(&key());
+        ledger.scheduled(key(), Scheduled::RequeueAfter);
+        assert!(!ledger.resync_scheduled(&key()));
     }
 }

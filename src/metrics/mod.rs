@@ -28,7 +28,7 @@ use self::reconcile::{
     ACTIVE_WORKERS, MAX_CONCURRENT, RECONCILE_ERRORS_TOTAL, RECONCILE_RESULT, RECONCILE_TIME,
     RECONCILE_TOTAL, RECONCILES, ReconcileMetrics,
 };
-use self::runs::{RUNS_IN_FLIGHT, RUNS_WAITING, RunMetrics};
+use self::runs::{RESYNCS_WAITING, RUNS_IN_FLIGHT, RUNS_WAITING, RunMetrics};
 use self::shards::{SHARD_CRS, SHARD_INFO, ShardMetrics, UNDECODABLE_CRS};
 use crate::executor_mode::Executor;
 
@@ -51,6 +51,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     MAX_CONCURRENT,
     RUNS_IN_FLIGHT,
     RUNS_WAITING,
+    RESYNCS_WAITING,
     EXECUTOR_RUNS,
     EXECUTOR_FALLBACKS,
     EXECUTOR_WORKER_RESTARTS,
@@ -129,6 +130,11 @@ impl Metrics {
     /// Counts one reconcile waiting for the global run budget until the guard is dropped.
     pub fn waiting(&self) -> WaitGuard {
         self.runs.waiting()
+    }
+
+    /// Counts one resync held by `--max-resyncs-per-second` until the guard is dropped.
+    pub fn resync_waiting(&self) -> WaitGuard {
+        self.runs.resync_waiting()
     }
 
     /// Counts a playbook run by the executor that ran it.
@@ -224,6 +230,7 @@ mod tests {
             (MAX_CONCURRENT, "gauge"),
             (RUNS_IN_FLIGHT, "gauge"),
             (RUNS_WAITING, "gauge"),
+            (RESYNCS_WAITING, "gauge"),
         ];
         let types = types(&text);
         for (name, kind) in expected_types {

@@ -6,18 +6,24 @@ use prometheus_client::registry::Registry;
 
 pub(super) const RUNS_IN_FLIGHT: &str = "ansible_operator_runs_in_flight";
 pub(super) const RUNS_WAITING: &str = "ansible_operator_runs_waiting";
+pub(super) const RESYNCS_WAITING: &str = "ansible_operator_resyncs_waiting";
 
 /// The run budget's gauges, registered once.
 #[derive(Debug, Clone)]
 pub struct RunMetrics {
     in_flight: Gauge,
     waiting: Gauge,
+    resyncs_waiting: Gauge,
 }
 
 impl RunMetrics {
     /// Registers the group's families in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
-        let runs = RunMetrics { in_flight: Gauge::default(), waiting: Gauge::default() };
+        let runs = RunMetrics {
+            in_flight: Gauge::default(),
+            waiting: Gauge::default(),
+            resyncs_waiting: Gauge::default(),
+        };
         registry.register(
             RUNS_IN_FLIGHT,
             "Number of ansible-runner processes running now",
@@ -27,6 +33,11 @@ impl RunMetrics {
             RUNS_WAITING,
             "Number of reconciles waiting for the global ansible-runner budget",
             runs.waiting.clone(),
+        );
+        registry.register(
+            RESYNCS_WAITING,
+            "Number of periodic resyncs held by the resync rate limit (--max-resyncs-per-second)",
+            runs.resyncs_waiting.clone(),
         );
         runs
     }
@@ -39,6 +50,11 @@ impl RunMetrics {
     /// Counts one reconcile waiting for the global run budget until the guard is dropped.
     pub fn waiting(&self) -> WaitGuard {
         GaugeGuard::new(self.waiting.clone())
+    }
+
+    /// Counts one resync held by the resync rate limit until the guard is dropped.
+    pub fn resync_waiting(&self) -> WaitGuard {
+        GaugeGuard::new(self.resyncs_waiting.clone())
     }
 }
 
@@ -77,6 +93,7 @@ mod tests {
         let text = Metrics::new("v", "c").encode();
         assert_eq!(value(&text, RUNS_IN_FLIGHT, &[]), Some(0.0));
         assert_eq!(value(&text, RUNS_WAITING, &[]), Some(0.0));
+        assert_eq!(value(&text, RESYNCS_WAITING, &[]), Some(0.0));
         assert!(text.ends_with("# EOF\n"));
     }
 
@@ -95,5 +112,14 @@ mod tests {
         assert_eq!(value(&text, RUNS_WAITING, &[]), Some(0.0));
         drop(second);
         assert_eq!(value(&metrics.encode(), RUNS_IN_FLIGHT, &[]), Some(0.0));
+    }
+
+    #[test]
+    fn a_held_resync_holds_its_gauge_until_dropped() {
+        let metrics = Metrics::new("v", "c");
+        let held = metrics.resync_waiting();
+        assert_eq!(value(&metrics.encode(), RESYNCS_WAITING, &[]), Some(1.0));
+        drop(held);
+        assert_eq!(value(&metrics.encode(), RESYNCS_WAITING, &[]), Some(0.0));
     }
 }

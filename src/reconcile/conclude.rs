@@ -11,6 +11,7 @@ use super::context::{Context, Error, Next};
 use super::cr::{StatusTarget, get, set_finalizer};
 use super::decide::{self, After};
 use super::judge::{Failure, Ran, Verdict};
+use super::schedule::Jitter;
 use crate::go_duration;
 use crate::status::{self, Transition};
 
@@ -69,7 +70,7 @@ async fn after(
         return Ok(None);
     };
     let finalizer = ctx.watch.finalizer.as_ref().map(|f| f.name.as_str());
-    let next = requeue(ran.requeue_after, period);
+    let next = requeue(ran.requeue_after, period, ctx.settings.resync_jitter);
     match decide::after(&after_run.metadata, finalizer, finalizing, ran.succeeded) {
         After::RemoveFinalizer => {
             if let Some(finalizer) = finalizer {
@@ -95,18 +96,41 @@ async fn finish(
     result
 }
 
-/// After success: the `requeue_after` module's period, else the configured one (0 = wait for a change).
-fn requeue(requeue_after: Option<Duration>, period: Duration) -> Next {
+/// After success: the `requeue_after` module's period exactly, else the configured one with
+/// `jitter` (0 = wait for a change).
+fn requeue(requeue_after: Option<Duration>, period: Duration, jitter: Jitter) -> Next {
     match requeue_after.unwrap_or(period) {
         Duration::ZERO => Next::AwaitChange,
-        period => {
-            if requeue_after.is_some() {
-                tracing::info!(
-                    target: TARGET,
-                    period = %go_duration::format(period), "set the reconciliation to occur after"
-                );
-            }
+        period if requeue_after.is_some() => {
+            tracing::info!(
+                target: TARGET,
+                period = %go_duration::format(period), "set the reconciliation to occur after"
+            );
             Next::Requeue(period)
         }
+        period => Next::Requeue(jitter.stretch(period)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn the_configured_period_gets_jitter_and_requeue_after_stays_exact() {
+        let jitter = Jitter::new(0.5).unwrap();
+        let periods: Vec<Duration> = (0..50)
+            .map(|_| match requeue(None, MINUTE, jitter) {
+                Next::Requeue(period) => period,
+                Next::AwaitChange => panic!("a period"),
+            })
+            .collect();
+        assert!(periods.iter().all(|p| *p >= MINUTE && *p <= MINUTE.mul_f64(1.5)), "{periods:?}");
+        assert!(periods.iter().any(|p| *p != periods[0]), "spread, not lockstep");
+        assert_eq!(requeue(Some(MINUTE), 10 * MINUTE, jitter), Next::Requeue(MINUTE));
+        assert_eq!(requeue(None, Duration::ZERO, jitter), Next::AwaitChange);
+        assert_eq!(requeue(None, MINUTE, Jitter::NONE), Next::Requeue(MINUTE));
     }
 }

@@ -11,6 +11,8 @@ use kube::runtime::controller::Action;
 
 use super::backoff;
 use super::budget::Budget;
+use super::pace::Pacer;
+use super::schedule::{Jitter, Seen, StartupResync};
 use crate::go_duration;
 use crate::kubeapi;
 use crate::metrics::Metrics;
@@ -42,6 +44,12 @@ pub struct Settings {
     pub playbook_env: Vec<(String, String)>,
     /// The global run budget (`--max-concurrent-runs`).
     pub budget: Arc<Budget>,
+    /// `--startup-resync`: whether a converged CR runs when the operator starts or when it is due.
+    pub startup_resync: StartupResync,
+    /// `--resync-jitter`: the spread added to periodic resyncs.
+    pub resync_jitter: Jitter,
+    /// `--max-resyncs-per-second`: the bucket periodic resyncs pass before the run budget.
+    pub resync_pacer: Arc<Pacer>,
     /// Where run records go (none are stored with `--run-history-limit=0`).
     pub history: Arc<crate::history::History>,
     /// Events on the CRs about their runs.
@@ -75,6 +83,8 @@ pub struct Context {
     pub settings: Arc<Settings>,
     /// Failure counts for the retry backoff.
     pub backoff: backoff::Backoff,
+    /// The CRs looked at since the operator started (with `--startup-resync=due`).
+    pub seen: Seen,
     /// The API proxy playbooks reach the cluster through.
     pub proxy: Arc<Proxy>,
     /// Prometheus metrics.

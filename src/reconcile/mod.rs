@@ -1,4 +1,6 @@
-//! One reconcile of one CR (upstream §6.2), as named steps: wait for the run budget → read the CR →
+//! One reconcile of one CR (upstream §6.2), as named steps: (with `--startup-resync=due`, the first
+//! look at a converged CR schedules its resync instead) → pass the resync bucket and wait for the
+//! run budget → read the CR →
 //! plan (pure) → admit (finalizer, `Running`) → run (hosts, precheck, main) → judge (pure) →
 //! conclude (`decide::after` and the one status write of the result), noted in the journal as it
 //! goes.
@@ -13,8 +15,10 @@ mod cr;
 pub mod decide;
 mod journal;
 mod judge;
+mod pace;
 mod plan;
 mod run;
+pub mod schedule;
 mod spec;
 
 use std::sync::Arc;
@@ -26,9 +30,9 @@ use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use crate::go_duration;
+use crate::history::trigger::Scheduled;
 use crate::logging::error_chain;
 use crate::metrics::ReconcileOutcome;
-use crate::status;
 use admit::Admission;
 use budget::{Permit, Priority};
 use context::Next;
@@ -37,7 +41,9 @@ pub use cr::key_of;
 use cr::{StatusTarget, api_for};
 use journal::Journal;
 use judge::Verdict;
+pub use pace::Pacer;
 use plan::{Flags, Step};
+use schedule::{Startup, StartupResync};
 use spec::new_ident;
 pub use spec::{runner_dir, trusts_cr_variables, unsafe_strings};
 
@@ -54,6 +60,9 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     );
     if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(object.labels())) {
         return hand_over(&object, &ctx, membership).instrument(span).await;
+    }
+    if let Some(next) = span.in_scope(|| defer_at_startup(&object, &ctx, &key)) {
+        return Ok(next.into());
     }
     let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
     let mut journal = Journal::default();
@@ -95,6 +104,35 @@ async fn hand_over(
         Err(error) if error.is_conflict() => Ok(Action::requeue(Duration::from_millis(200))),
         Err(error) => Err(Error::HandOver(error)),
     }
+}
+
+/// With `--startup-resync=due`, the first look at a converged CR since the operator started: nothing
+/// runs (no reconcile is counted, no record or Event written), its resync is scheduled at its last
+/// confirmation plus its period with jitter. An overdue one runs now, as a resync.
+fn defer_at_startup(object: &DynamicObject, ctx: &Context, key: &str) -> Option<Next> {
+    if ctx.settings.startup_resync == StartupResync::All || !ctx.seen.first(key) {
+        return None;
+    }
+    // An annotation that is not a duration: the run says so.
+    let period = plan::period(object, &ctx.watch, Flags::of(&ctx.settings))?;
+    let draw = ctx.settings.resync_jitter.draw();
+    let startup = schedule::at_startup(object, period, draw, jiff::Timestamp::now());
+    // Its coming run is the resync it was due for (so it passes the resync bucket).
+    let resync_scheduled = || ctx.settings.ledger.scheduled(journal::cr_key(ctx, object), Scheduled::Resync);
+    let next = match startup {
+        Startup::Run => return None,
+        Startup::Overdue => {
+            resync_scheduled();
+            return None;
+        }
+        Startup::Later(wait) => {
+            resync_scheduled();
+            Next::Requeue(wait)
+        }
+        Startup::OnChange => Next::AwaitChange,
+    };
+    tracing::debug!(?next, "converged at start-up: resync scheduled, nothing runs now");
+    Some(next)
 }
 
 /// The controller's error policy: retry with per-CR exponential backoff.
@@ -164,19 +202,22 @@ async fn reconcile_inner(
     conclude::conclude(ctx, &target, finalizing, plan.period, verdict).await
 }
 
-/// Waits for a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile.
+/// Passes the resync bucket (`--max-resyncs-per-second`, periodic resyncs only), then waits for
+/// a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile.
 async fn wait_for_budget(ctx: &Context, object: &DynamicObject) -> Permit {
+    let periodic = if resync_due(ctx, object) { Priority::Resync } else { Priority::Urgent };
+    ctx.settings.resync_pacer.pass(periodic, || ctx.metrics.resync_waiting()).await;
     let _waiting = ctx.metrics.waiting();
     ctx.settings.budget.acquire(priority(object)).await
 }
 
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.
 fn priority(object: &DynamicObject) -> Priority {
-    let finalizing = object.metadata.deletion_timestamp.is_some();
-    let converged = status::conditions_of(object).iter().any(|c| {
-        c["type"] == status::conditions::SUCCESSFUL
-            && c["status"] == "True"
-            && c["observedGeneration"].as_i64() == object.metadata.generation
-    });
-    if converged && !finalizing { Priority::Resync } else { Priority::Urgent }
+    if schedule::converged(object) { Priority::Resync } else { Priority::Urgent }
+}
+
+/// Whether this run is the periodic resync of a CR that is still as its last run left it (not a
+/// dependent change, a manual request, a retry or `requeue_after`).
+fn resync_due(ctx: &Context, object: &DynamicObject) -> bool {
+    schedule::settled(object).is_some() && ctx.settings.ledger.resync_scheduled(&journal::cr_key(ctx, object))
 }

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use super::annotations;
+use super::annotations::{self, Bounded};
 use super::context::Settings;
 use super::cr::key_of;
 use super::decide::{self, Before};
@@ -81,8 +81,7 @@ pub fn plan(object: &DynamicObject, watch: &Watch, flags: Flags) -> Result<Plan,
     let period = annotations::reconcile_period(object.annotations())
         .map_err(|source| Failure::period_annotation(&key, source))?;
     let period_asked = period.and_then(|p| p.asked);
-    let default = watch.reconcile_period.unwrap_or(flags.reconcile_period);
-    let period = period.map_or(default, |p| p.value);
+    let period = period_or_default(period, watch, flags);
     let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
     let run = |finalizing, add_finalizer| {
         let refusal = refusal(object, watch, flags, finalizing, &key);
@@ -94,6 +93,18 @@ pub fn plan(object: &DynamicObject, watch: &Watch, flags: Flags) -> Result<Plan,
         Before::Run { add_finalizer } => run(false, add_finalizer),
     };
     Ok(Plan { period, period_asked, step })
+}
+
+/// The requeue period of `object`; `None` when its annotation is not a duration (its run fails).
+pub fn period(object: &DynamicObject, watch: &Watch, flags: Flags) -> Option<Duration> {
+    let annotation = annotations::reconcile_period(object.annotations()).ok()?;
+    Some(period_or_default(annotation, watch, flags))
+}
+
+/// The annotation's period, else the watch's, else the flag's.
+fn period_or_default(annotation: Option<Bounded<Duration>>, watch: &Watch, flags: Flags) -> Duration {
+    let default = watch.reconcile_period.unwrap_or(flags.reconcile_period);
+    annotation.map_or(default, |p| p.value)
 }
 
 /// A CR whose spec would set Ansible's own variables does not run, unless the watch trusts its CRs'
@@ -182,6 +193,7 @@ mod tests {
 
         let plan = planned(&object, &watch("  reconcilePeriod: 30s\n"), FLAGS);
         assert_eq!(plan.period, Duration::from_secs(30));
+        assert_eq!(period(&object, &watch("  reconcilePeriod: 30s\n"), FLAGS), Some(Duration::from_secs(30)));
     }
 
     #[test]
