@@ -61,13 +61,16 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
     if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(object.labels())) {
         return hand_over(&object, &ctx, membership).instrument(span).await;
     }
-    if let Some(next) = span.in_scope(|| defer_at_startup(&object, &ctx, &key)) {
+    let first_look = ctx.seen.first(&key);
+    if let Some(next) = span.in_scope(|| defer_at_startup(&object, &ctx, first_look)) {
         return Ok(next.into());
     }
+    let paced = is_resync(&ctx, &object, first_look);
     let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
     let mut journal = Journal::default();
-    let result =
-        reconcile_inner(&object, &ctx, &key, ident.clone(), &mut journal).instrument(span.clone()).await;
+    let result = reconcile_inner(&object, &ctx, &key, paced, ident.clone(), &mut journal)
+        .instrument(span.clone())
+        .await;
     journal::finish(&ctx, &object, &ident, journal, &result).instrument(span.clone()).await;
     let _entered = span.enter();
     match result {
@@ -109,8 +112,8 @@ async fn hand_over(
 /// With `--startup-resync=due`, the first look at a converged CR since the operator started: nothing
 /// runs (no reconcile is counted, no record or Event written), its resync is scheduled at its last
 /// confirmation plus its period with jitter. An overdue one runs now, as a resync.
-fn defer_at_startup(object: &DynamicObject, ctx: &Context, key: &str) -> Option<Next> {
-    if ctx.settings.startup_resync == StartupResync::All || !ctx.seen.first(key) {
+fn defer_at_startup(object: &DynamicObject, ctx: &Context, first_look: bool) -> Option<Next> {
+    if ctx.settings.startup_resync == StartupResync::All || !first_look {
         return None;
     }
     // An annotation that is not a duration: the run says so.
@@ -148,6 +151,7 @@ async fn reconcile_inner(
     object: &DynamicObject,
     ctx: &Context,
     key: &str,
+    paced: bool,
     ident: String,
     journal: &mut Journal,
 ) -> Result<Next, Error> {
@@ -155,7 +159,7 @@ async fn reconcile_inner(
     let name = object.name_any();
     // Wait for the run budget before reading the CR: everything below (the spec the run gets, the
     // generation its status names) comes from one read made after the wait.
-    let _permit = wait_for_budget(ctx, object).await;
+    let _permit = wait_for_budget(ctx, object, paced).await;
     let Some(mut current) = cr::get(&api, &name, key).await? else {
         return Ok(Next::AwaitChange);
     };
@@ -202,10 +206,10 @@ async fn reconcile_inner(
     conclude::conclude(ctx, &target, finalizing, plan.period, verdict).await
 }
 
-/// Passes the resync bucket (`--max-resyncs-per-second`, periodic resyncs only), then waits for
-/// a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile.
-async fn wait_for_budget(ctx: &Context, object: &DynamicObject) -> Permit {
-    let periodic = if resync_due(ctx, object) { Priority::Resync } else { Priority::Urgent };
+/// Passes the resync bucket (`--max-resyncs-per-second`) when `paced` (see [`is_resync`]), then
+/// waits for a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile.
+async fn wait_for_budget(ctx: &Context, object: &DynamicObject, paced: bool) -> Permit {
+    let periodic = if paced { Priority::Resync } else { Priority::Urgent };
     ctx.settings.resync_pacer.pass(periodic, || ctx.metrics.resync_waiting()).await;
     let _waiting = ctx.metrics.waiting();
     ctx.settings.budget.acquire(priority(object)).await
@@ -214,6 +218,13 @@ async fn wait_for_budget(ctx: &Context, object: &DynamicObject) -> Permit {
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.
 fn priority(object: &DynamicObject) -> Priority {
     if schedule::converged(object) { Priority::Resync } else { Priority::Urgent }
+}
+
+/// Whether this run is a resync, which the resync bucket paces: a periodic one (below), or the
+/// start-up run of a CR that is still as its last run left it (every such CR with the default
+/// `--startup-resync=all`, so a restart is paced too).
+fn is_resync(ctx: &Context, object: &DynamicObject, first_look: bool) -> bool {
+    resync_due(ctx, object) || (first_look && schedule::settled(object).is_some())
 }
 
 /// Whether this run is the periodic resync of a CR that is still as its last run left it (not a
