@@ -20,6 +20,7 @@ use crate::health::SyncToken;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
+use crate::reconcile::budget::Budget;
 use crate::reconcile::{self, Context, Settings};
 use crate::watch_errors::WatchErrors;
 use crate::watches::{Gvk, Watch};
@@ -77,6 +78,7 @@ impl WatchController {
             .map_err(|source| discovery_error(&gvk, source))?;
         let selector = Selector::try_from(watch.selector.clone())
             .map_err(|source| Error::Selector { gvk: gvk.clone(), source })?;
+        let slots = Budget::new(watch.max_concurrent_reconciles.max(1));
         let ctx = Context {
             client,
             watch,
@@ -84,6 +86,7 @@ impl WatchController {
             namespaced: capabilities.scope == Scope::Namespaced,
             settings,
             backoff: Default::default(),
+            slots,
             seen: Default::default(),
             proxy,
             gvk_label: metrics::gvk_label(&gvk.group, &gvk.version, &gvk.kind),
@@ -201,7 +204,7 @@ impl WatchController {
                 },
                 PredicateConfig::default(),
             );
-        let concurrency = u16::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(u16::MAX).max(1);
+        let concurrency = ctx.watch.max_concurrent_reconciles;
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
         let mut controller = Controller::for_stream_with(trigger, reader, ctx.resource.clone());
@@ -209,7 +212,9 @@ impl WatchController {
             controller = controller.reconcile_on(dependents.register_owner(&ctx.resource, namespace));
         }
         controller
-            .with_config(ControllerConfig::default().concurrency(concurrency))
+            // No limit here: every queued CR enters `reconcile`, which waits for one of the watch's
+            // slots (`Context::slots`) by priority; kube-runtime's own limit would serve in order.
+            .with_config(ControllerConfig::default().concurrency(0))
             .graceful_shutdown_on(shutdown)
             .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|result| async move {

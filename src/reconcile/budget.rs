@@ -1,6 +1,7 @@
-//! The global run budget (`--max-concurrent-runs`): at most N ansible-runner processes across all
-//! kinds (upstream caps only per kind, operator-sdk#3585), with new CRs and spec changes served
-//! before periodic resyncs of converged CRs.
+//! Run slots with two lanes: new CRs and spec changes are served before resyncs of converged CRs.
+//! One budget per process is `--max-concurrent-runs` (at most N ansible-runner processes across all
+//! kinds; upstream caps only per kind, operator-sdk#3585); one per watch entry is its
+//! `maxConcurrentReconciles`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

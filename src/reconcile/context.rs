@@ -83,6 +83,10 @@ pub struct Context {
     pub settings: Arc<Settings>,
     /// Failure counts for the retry backoff.
     pub backoff: backoff::Backoff,
+    /// The watch's `maxConcurrentReconciles`, shared by its namespaces: new and changed CRs get a
+    /// slot before resyncs of converged ones (so a CR created during a restart's resyncs does not
+    /// queue behind them).
+    pub slots: Arc<Budget>,
     /// The CRs looked at since the operator started (with `--startup-resync=due`).
     pub seen: Seen,
     /// The API proxy playbooks reach the cluster through.

@@ -66,16 +66,29 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return Ok(next.into());
     }
     let paced = is_resync(&ctx, &object, first_look);
+    let _slot = ctx.slots.acquire(priority(&object)).await;
+    // Boxed: the many reconciles waiting for a slot above stay small.
+    Box::pin(reconcile_admitted(&object, &ctx, &key, paced, ident, span)).await
+}
+
+/// A reconcile that holds one of the watch's slots: its steps, its journal, its metrics.
+async fn reconcile_admitted(
+    object: &DynamicObject,
+    ctx: &Context,
+    key: &str,
+    paced: bool,
+    ident: String,
+    span: tracing::Span,
+) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
     let mut journal = Journal::default();
-    let result = reconcile_inner(&object, &ctx, &key, paced, ident.clone(), &mut journal)
-        .instrument(span.clone())
-        .await;
-    journal::finish(&ctx, &object, &ident, journal, &result).instrument(span.clone()).await;
+    let result =
+        reconcile_inner(object, ctx, key, paced, ident.clone(), &mut journal).instrument(span.clone()).await;
+    journal::finish(ctx, object, &ident, journal, &result).instrument(span.clone()).await;
     let _entered = span.enter();
     match result {
         Ok(next) => {
-            ctx.backoff.reset(&key);
+            ctx.backoff.reset(key);
             tracing::debug!(?next, "reconcile done");
             timer.finish(ReconcileOutcome::Succeeded { requeue_after: next != Next::AwaitChange });
             Ok(next.into())
