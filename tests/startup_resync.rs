@@ -70,14 +70,7 @@ async fn wait_for_new_runs(
 
 /// Reconciles of the watch counted in the operator's `/metrics`, whatever their result.
 fn reconciles(port: u16) -> Option<f64> {
-    let (200, text) = support::http_get(port, "/metrics", None)? else { return None };
-    let controller = "controller=\"paced-v1alpha1-controller\"";
-    Some(
-        text.lines()
-            .filter(|l| l.starts_with("controller_runtime_reconcile_total{") && l.contains(controller))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
+    support::reconciles_counted(port, "paced-v1alpha1-controller", None)
 }
 
 #[tokio::test]

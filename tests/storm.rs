@@ -21,15 +21,7 @@ const WAIT: Duration = Duration::from_secs(600);
 
 /// Failed reconciles of the watch so far, from the operator's `/metrics`.
 fn errors(port: u16) -> Option<f64> {
-    let (200, text) = support::http_get(port, "/metrics", None)? else { return None };
-    let controller = "controller=\"validated-v1alpha1-controller\"";
-    Some(
-        text.lines()
-            .filter(|l| l.starts_with("controller_runtime_reconcile_total{") && l.contains(controller))
-            .filter(|l| l.contains("result=\"error\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
+    support::reconciles_counted(port, "validated-v1alpha1-controller", Some("error"))
 }
 
 #[tokio::test]

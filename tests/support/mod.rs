@@ -339,6 +339,22 @@ pub fn http_get(port: u16, path: &str, authorization: Option<&str>) -> Option<(u
     Some((code, body))
 }
 
+/// `controller_runtime_reconcile_total` of `controller` (e.g. `memcached-v1alpha1-controller`) in
+/// the operator's `/metrics` on `port`, summed over results (or only `result`); `None` while
+/// nothing answers.
+pub fn reconciles_counted(port: u16, controller: &str, result: Option<&str>) -> Option<f64> {
+    let (200, text) = http_get(port, "/metrics", None)? else { return None };
+    let controller = format!("controller=\"{controller}\"");
+    let result = result.map(|result| format!("result=\"{result}\""));
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with("controller_runtime_reconcile_total{") && l.contains(&controller))
+            .filter(|l| result.as_ref().is_none_or(|result| l.contains(result)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
 /// A copy of the admin kubeconfig in `dir` that impersonates `user` in `groups` (as that identity's
 /// own token would act). It holds the admin's client key: remove it when done.
 pub fn impersonating_kubeconfig(dir: &Path, user: &str, groups: &[&str]) -> PathBuf {
