@@ -188,8 +188,9 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_RESYNC_JITTER", default_value = "0.1")]
     pub resync_jitter: crate::reconcile::schedule::Jitter,
 
-    /// Periodic resyncs that may start per second across all kinds (0: no limit). New CRs, spec
-    /// changes, failures, finalizers and manual requests never wait on it.
+    /// Resyncs of converged CRs that may start per second across all kinds (0: no limit): periodic
+    /// ones, and each converged CR's run at start. New CRs, spec changes, failures, finalizers and
+    /// manual requests never wait on it.
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RESYNCS_PER_SECOND", default_value_t = 0.0,
           value_parser = resyncs_per_second)]
     pub max_resyncs_per_second: f64,
