@@ -36,7 +36,7 @@ impl RunMetrics {
         );
         registry.register(
             RESYNCS_WAITING,
-            "Number of periodic resyncs held by the resync rate limit (--max-resyncs-per-second)",
+            "Number of resyncs held by the resync rate limit (--max-resyncs-per-second)",
             runs.resyncs_waiting.clone(),
         );
         runs

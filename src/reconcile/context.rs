@@ -48,7 +48,7 @@ pub struct Settings {
     pub startup_resync: StartupResync,
     /// `--resync-jitter`: the spread added to periodic resyncs.
     pub resync_jitter: Jitter,
-    /// `--max-resyncs-per-second`: the bucket periodic resyncs pass before the run budget.
+    /// `--max-resyncs-per-second`: the bucket resyncs of converged CRs pass before the run budget.
     pub resync_pacer: Arc<Pacer>,
     /// Where run records go (none are stored with `--run-history-limit=0`).
     pub history: Arc<crate::history::History>,
@@ -87,7 +87,7 @@ pub struct Context {
     /// slot before resyncs of converged ones (so a CR created during a restart's resyncs does not
     /// queue behind them).
     pub slots: Arc<Budget>,
-    /// The CRs looked at since the operator started (with `--startup-resync=due`).
+    /// The CRs looked at since the operator started (their first look is the start-up run).
     pub seen: Seen,
     /// The API proxy playbooks reach the cluster through.
     pub proxy: Arc<Proxy>,

@@ -1,6 +1,6 @@
 //! One reconcile of one CR (upstream §6.2), as named steps: (with `--startup-resync=due`, the first
-//! look at a converged CR schedules its resync instead) → pass the resync bucket and wait for the
-//! run budget → read the CR →
+//! look at a converged CR schedules its resync instead) → wait for one of the watch's slots → pass
+//! the resync bucket and wait for the run budget → read the CR →
 //! plan (pure) → admit (finalizer, `Running`) → run (hosts, precheck, main) → judge (pure) →
 //! conclude (`decide::after` and the one status write of the result), noted in the journal as it
 //! goes.
@@ -233,15 +233,11 @@ fn priority(object: &DynamicObject) -> Priority {
     if schedule::converged(object) { Priority::Resync } else { Priority::Urgent }
 }
 
-/// Whether this run is a resync, which the resync bucket paces: a periodic one (below), or the
-/// start-up run of a CR that is still as its last run left it (every such CR with the default
-/// `--startup-resync=all`, so a restart is paced too).
+/// Whether this run is a resync, which the resync bucket paces: the CR is still as its last run
+/// left it, and this is its start-up run (every such CR with the default `--startup-resync=all`, so
+/// a restart is paced too) or its periodic resync (not a dependent change, a manual request, a
+/// retry or `requeue_after`).
 fn is_resync(ctx: &Context, object: &DynamicObject, first_look: bool) -> bool {
-    resync_due(ctx, object) || (first_look && schedule::settled(object).is_some())
-}
-
-/// Whether this run is the periodic resync of a CR that is still as its last run left it (not a
-/// dependent change, a manual request, a retry or `requeue_after`).
-fn resync_due(ctx: &Context, object: &DynamicObject) -> bool {
-    schedule::settled(object).is_some() && ctx.settings.ledger.resync_scheduled(&journal::cr_key(ctx, object))
+    schedule::settled(object).is_some()
+        && (first_look || ctx.settings.ledger.resync_scheduled(&journal::cr_key(ctx, object)))
 }

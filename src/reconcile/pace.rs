@@ -1,4 +1,4 @@
-//! The resync bucket (`--max-resyncs-per-second`): periodic resyncs of converged CRs pass a token
+//! The resync bucket (`--max-resyncs-per-second`): resyncs of converged CRs pass a token
 //! bucket before the run budget, one at a time in arrival order, so that CRs that came due together
 //! start spread out; urgent work never waits on it.
 

@@ -135,7 +135,7 @@ fn successful(object: &DynamicObject) -> Option<&serde_json::Value> {
     })
 }
 
-/// The CRs a controller has looked at since the operator started (only kept with `due`).
+/// The CRs a controller has looked at since the operator started.
 #[derive(Debug, Default)]
 pub struct Seen(Mutex<HashSet<String>>);
 
