@@ -88,6 +88,7 @@ impl WatchController {
             backoff: Default::default(),
             slots,
             seen: Default::default(),
+            paused: Default::default(),
             proxy,
             gvk_label: metrics::gvk_label(&gvk.group, &gvk.version, &gvk.kind),
             controller_label: metrics::controller_label(&gvk.kind, &gvk.version),
@@ -95,6 +96,7 @@ impl WatchController {
         };
         let concurrency = i64::try_from(ctx.watch.max_concurrent_reconciles).unwrap_or(i64::MAX);
         ctx.metrics.set_max_concurrent(&ctx.controller_label, concurrency);
+        ctx.metrics.set_paused_crs(&ctx.gvk_label, 0);
         Ok(Self { ctx: Arc::new(ctx), selector, dependents })
     }
 
@@ -183,7 +185,7 @@ impl WatchController {
                     match event {
                         watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
                             remove_runner_dir(&ctx, object);
-                            ctx.seen.forget(&reconcile::key_of(object));
+                            reconcile::forget(&ctx, &reconcile::key_of(object));
                         }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {
@@ -293,6 +295,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
+/// Pausing or resuming a CR (its annotation) triggers whatever the watch says.
 /// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
 /// CR over.
 fn trigger_hash(object: &DynamicObject, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
@@ -302,6 +305,7 @@ fn trigger_hash(object: &DynamicObject, annotations: bool, drain_label: Option<&
     if let Some(drain_label) = drain_label {
         object.labels().contains_key(drain_label).hash(&mut hasher);
     }
+    reconcile::annotations::paused(object.annotations()).hash(&mut hasher);
     if annotations {
         object.meta().annotations.hash(&mut hasher);
     } else {
@@ -364,6 +368,15 @@ mod tests {
             trigger_hash(&object(1, json!({})), false, None),
             trigger_hash(&object(1, request), false, None)
         );
+    }
+
+    #[test]
+    fn pausing_and_resuming_trigger_without_annotation_watching_and_other_values_do_not() {
+        let paused = |value: &str| object(1, json!({(reconcile::annotations::PAUSED): value}));
+        let plain = trigger_hash(&object(1, json!({})), false, None);
+        assert_ne!(plain, trigger_hash(&paused("true"), false, None));
+        assert_eq!(plain, trigger_hash(&paused("false"), false, None), "not paused either way");
+        assert_eq!(plain, trigger_hash(&paused("no"), false, None));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use self::executor::{
 };
 use self::family::Labels;
 use self::reconcile::{
-    ACTIVE_WORKERS, MAX_CONCURRENT, RECONCILE_ERRORS_TOTAL, RECONCILE_RESULT, RECONCILE_TIME,
+    ACTIVE_WORKERS, MAX_CONCURRENT, PAUSED_CRS, RECONCILE_ERRORS_TOTAL, RECONCILE_RESULT, RECONCILE_TIME,
     RECONCILE_TOTAL, RECONCILES, ReconcileMetrics,
 };
 use self::runs::{RESYNCS_WAITING, RUNS_IN_FLIGHT, RUNS_WAITING, RunMetrics};
@@ -49,6 +49,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     RECONCILE_TIME,
     ACTIVE_WORKERS,
     MAX_CONCURRENT,
+    PAUSED_CRS,
     RUNS_IN_FLIGHT,
     RUNS_WAITING,
     RESYNCS_WAITING,
@@ -115,6 +116,12 @@ impl Metrics {
     /// counters and active workers at 0, so rate queries work before the first failure.
     pub fn set_max_concurrent(&self, controller: &str, n: i64) {
         self.reconcile.set_max_concurrent(controller, n);
+    }
+
+    /// Sets `ansible_operator_paused_crs`: the CRs of `gvk` paused by their annotation (set to 0 when
+    /// the controller starts, so the series exists).
+    pub fn set_paused_crs(&self, gvk: &str, n: i64) {
+        self.reconcile.set_paused_crs(gvk, n);
     }
 
     /// With `--sharding`: names this replica's ring and shard (`ansible_operator_shard_info`).

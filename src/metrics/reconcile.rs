@@ -16,6 +16,7 @@ pub(super) const RECONCILE_ERRORS_TOTAL: &str = "controller_runtime_reconcile_er
 pub(super) const RECONCILE_TIME: &str = "controller_runtime_reconcile_time_seconds";
 pub(super) const ACTIVE_WORKERS: &str = "controller_runtime_active_workers";
 pub(super) const MAX_CONCURRENT: &str = "controller_runtime_max_concurrent_reconciles";
+pub(super) const PAUSED_CRS: &str = "ansible_operator_paused_crs";
 
 /// Every `result` of `controller_runtime_reconcile_total`.
 const CONTROLLER_RESULTS: [&str; 4] = ["error", "requeue", "requeue_after", "success"];
@@ -61,6 +62,7 @@ pub struct ReconcileMetrics {
     time: HistogramFamily<1>,
     active_workers: Family<Labels<1>, Gauge>,
     max_concurrent: Family<Labels<1>, Gauge>,
+    paused: Family<Labels<1>, Gauge>,
 }
 
 impl ReconcileMetrics {
@@ -74,6 +76,7 @@ impl ReconcileMetrics {
             time: histogram_family(),
             active_workers: Family::default(),
             max_concurrent: Family::default(),
+            paused: Family::default(),
         };
         registry.register(RECONCILE_RESULT, "Gauge of reconciles and their results", i.result.clone());
         registry.register(RECONCILES, "How long in seconds a reconcile takes", i.reconciles.clone());
@@ -98,7 +101,17 @@ impl ReconcileMetrics {
             "Maximum number of concurrent reconciles per controller",
             i.max_concurrent.clone(),
         );
+        registry.register(
+            PAUSED_CRS,
+            "CRs paused by the ansible.sdk.operatorframework.io/paused annotation, by GVK",
+            i.paused.clone(),
+        );
         i
+    }
+
+    /// Sets `ansible_operator_paused_crs` of `gvk`.
+    pub fn set_paused_crs(&self, gvk: &str, n: i64) {
+        self.paused.get_or_create(&[("GVK", gvk.to_string())]).set(n);
     }
 
     /// Starts timing one reconcile of `gvk` by `controller` and counts it as an active worker

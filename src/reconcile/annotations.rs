@@ -17,6 +17,11 @@ pub const MAX_RUNNER_ARTIFACTS: &str = "ansible.sdk.operatorframework.io/max-run
 /// `reconcile` (or by hand; then `by` may be missing). Changing it triggers a run.
 pub const RECONCILE_REQUESTED: &str = "ansible-operator.dev/reconcile-requested";
 
+/// `"true"` pauses the CR (upstream has no pause; ours, under upstream's own prefix beside
+/// `reconcile-period`): no runs and no resyncs until it is removed or set to anything else. A CR
+/// being deleted is still finalized.
+pub const PAUSED: &str = "ansible.sdk.operatorframework.io/paused";
+
 /// The shortest reconcile period an annotation may ask for (`0s`, no periodic runs, stays allowed).
 pub const MIN_RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 
@@ -48,6 +53,11 @@ pub struct ReconcileRequest {
 /// The manual request annotation, when it is readable.
 pub fn reconcile_request(annotations: &BTreeMap<String, String>) -> Option<ReconcileRequest> {
     annotations.get(RECONCILE_REQUESTED).and_then(|value| serde_json::from_str(value).ok())
+}
+
+/// Whether the pause annotation says `"true"` (any other value, or none, is not paused).
+pub fn paused(annotations: &BTreeMap<String, String>) -> bool {
+    annotations.get(PAUSED).is_some_and(|value| value == "true")
 }
 
 /// The reconcile-period annotation, when present. An unparsable value is an error. A period under
@@ -157,6 +167,15 @@ mod tests {
             Some(String::new())
         );
         assert_eq!(reconcile_request(&annotations(&[(RECONCILE_REQUESTED, "now please")])), None);
+    }
+
+    #[test]
+    fn only_the_value_true_pauses() {
+        assert!(paused(&annotations(&[(PAUSED, "true")])));
+        for value in ["false", "True", "yes", "", " true"] {
+            assert!(!paused(&annotations(&[(PAUSED, value)])), "{value:?}");
+        }
+        assert!(!paused(&annotations(&[])));
     }
 
     #[test]

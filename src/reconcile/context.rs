@@ -89,6 +89,8 @@ pub struct Context {
     pub slots: Arc<Budget>,
     /// The CRs looked at since the operator started (their first look is the start-up run).
     pub seen: Seen,
+    /// The watch's paused CRs.
+    pub paused: super::pause::PausedCrs,
     /// The API proxy playbooks reach the cluster through.
     pub proxy: Arc<Proxy>,
     /// Prometheus metrics.

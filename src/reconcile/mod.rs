@@ -1,5 +1,6 @@
 //! One reconcile of one CR (upstream §6.2), as named steps: (with `--startup-resync=due`, the first
 //! look at a converged CR schedules its resync instead) → wait for one of the watch's slots → pass
+//! (a paused CR stops here: its `Paused` condition, nothing counted or recorded) → pass
 //! the resync bucket and wait for the run budget → read the CR →
 //! plan (pure) → admit (finalizer, `Running`) → run (hosts, precheck, main) → judge (pure) →
 //! conclude (`decide::after` and the one status write of the result), noted in the journal as it
@@ -16,6 +17,7 @@ pub mod decide;
 mod journal;
 mod judge;
 mod pace;
+mod pause;
 mod plan;
 mod run;
 pub mod schedule;
@@ -42,6 +44,7 @@ use cr::{StatusTarget, api_for};
 use journal::Journal;
 use judge::Verdict;
 pub use pace::Pacer;
+pub use pause::PausedCrs;
 use plan::{Flags, Step};
 use schedule::{Startup, StartupResync};
 use spec::new_ident;
@@ -62,6 +65,12 @@ pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<
         return hand_over(&object, &ctx, membership).instrument(span).await;
     }
     let first_look = ctx.seen.first(&key);
+    // Before the start-up deferral, so a CR resumed after a restart runs at once.
+    let paused = plan::paused(&object, &ctx.watch);
+    pause::note(&ctx, &key, paused);
+    if paused {
+        return pause::pause(&object, &ctx, &key).instrument(span).await.map(Action::from);
+    }
     if let Some(next) = span.in_scope(|| defer_at_startup(&object, &ctx, first_look)) {
         return Ok(next.into());
     }
@@ -151,6 +160,12 @@ fn defer_at_startup(object: &DynamicObject, ctx: &Context, first_look: bool) -> 
     Some(next)
 }
 
+/// Forgets a deleted CR: its first look, and its place among the paused CRs.
+pub fn forget(ctx: &Context, key: &str) {
+    ctx.seen.forget(key);
+    pause::note(ctx, key, false);
+}
+
 /// The controller's error policy: retry with per-CR exponential backoff.
 pub fn error_policy(object: Arc<DynamicObject>, _error: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&object);
@@ -195,9 +210,14 @@ async fn reconcile_inner(
             "reconcile period annotation below the minimum: using the minimum"
         );
     }
-    let Step::Run(run) = plan.step else {
-        tracing::info!("resource is terminated, skipping reconciliation");
-        return Ok(Next::AwaitChange);
+    let run = match plan.step {
+        Step::Run(run) => run,
+        Step::Skip => {
+            tracing::info!("resource is terminated, skipping reconciliation");
+            return Ok(Next::AwaitChange);
+        }
+        // Paused since the controller handed the CR over: the change brings it back to `pause`.
+        Step::Paused => return Ok(Next::AwaitChange),
     };
     let finalizing = run.finalizing;
 

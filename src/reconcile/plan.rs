@@ -1,6 +1,7 @@
 //! What a reconcile does with the CR it read, decided from the CR, the watch and the flags alone:
 //! the requeue period, skip or run (the finalizer or the main target), whether our finalizer goes on
-//! first, and whether the spec is refused for setting Ansible's own variables.
+//! first, whether the spec is refused for setting Ansible's own variables, and whether the CR is
+//! paused (its annotation says so and it is not being finalized).
 
 use std::time::Duration;
 
@@ -57,6 +58,8 @@ pub struct Plan {
 pub enum Step {
     /// The CR is being deleted and carries no finalizer of ours: nothing to do.
     Skip,
+    /// The CR is paused: nothing runs, no resync is scheduled.
+    Paused,
     /// Run the finalizer or the main target.
     Run(Run),
 }
@@ -90,9 +93,19 @@ pub fn plan(object: &DynamicObject, watch: &Watch, flags: Flags) -> Result<Plan,
     let step = match decide::before(&object.metadata, finalizer) {
         Before::SkipTerminating => Step::Skip,
         Before::Finalize => run(true, false),
+        Before::Run { .. } if annotations::paused(object.annotations()) => Step::Paused,
         Before::Run { add_finalizer } => run(false, add_finalizer),
     };
     Ok(Plan { period, period_asked, step })
+}
+
+/// Whether `object` is paused: its annotation says so, and it is not being deleted with our
+/// finalizer on it (a paused CR is still finalized). Needs no more than the cached copy, so the
+/// reconcile decides it before it counts as one.
+pub fn paused(object: &DynamicObject, watch: &Watch) -> bool {
+    let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
+    annotations::paused(object.annotations())
+        && matches!(decide::before(&object.metadata, finalizer), Before::Run { .. })
 }
 
 /// The requeue period of `object`; `None` when its annotation is not a duration (its run fails).
@@ -174,7 +187,7 @@ mod tests {
     fn run_of(plan: Plan) -> Run {
         match plan.step {
             Step::Run(run) => run,
-            Step::Skip => panic!("expected a run"),
+            Step::Skip | Step::Paused => panic!("expected a run"),
         }
     }
 
@@ -257,5 +270,25 @@ mod tests {
         assert!(run_of(planned(&object, &watch(""), trusted)).refusal.is_none());
         let trusting_watch = watch("  trustCRVariables: true\n");
         assert!(run_of(planned(&object, &trusting_watch, FLAGS)).refusal.is_none());
+    }
+
+    #[test]
+    fn a_paused_cr_does_not_run_but_is_still_finalized() {
+        let paused = json!({(annotations::PAUSED): "true"});
+        let object = cr(json!({"annotations": paused}), json!({}));
+        assert!(matches!(planned(&object, &with_finalizer(), FLAGS).step, Step::Paused));
+        assert!(super::paused(&object, &with_finalizer()));
+
+        let deleting = cr(
+            json!({"annotations": paused, "deletionTimestamp": "2026-11-25T10:00:00Z",
+                   "finalizers": [FINALIZER]}),
+            json!({}),
+        );
+        assert!(run_of(planned(&deleting, &with_finalizer(), FLAGS)).finalizing);
+        assert!(!super::paused(&deleting, &with_finalizer()));
+
+        let resumed = cr(json!({"annotations": {(annotations::PAUSED): "false"}}), json!({}));
+        assert!(!run_of(planned(&resumed, &watch(""), FLAGS)).finalizing);
+        assert!(!super::paused(&resumed, &watch("")));
     }
 }

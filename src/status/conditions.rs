@@ -1,4 +1,4 @@
-//! The `Running`/`Successful`/`Failure` conditions: a pure function from the current list and a
+//! The `Running`/`Successful`/`Failure` conditions (and our `Paused`): a pure function from the current list and a
 //! transition to the next list (upstream §5.1–5.3). Conditions of other types (for example written
 //! by `operator_sdk.util.k8s_status`) are kept untouched, fields and order included.
 
@@ -12,6 +12,9 @@ pub const RUNNING: &str = "Running";
 pub const SUCCESSFUL: &str = "Successful";
 /// Condition type for the last run having failed.
 pub const FAILURE: &str = "Failure";
+/// Condition type (ours) for a CR paused by its annotation: `True` while paused, `False` once the
+/// first run after it resumed writes its status.
+pub const PAUSED: &str = "Paused";
 
 /// Reasons, as upstream.
 pub mod reason {
@@ -21,6 +24,10 @@ pub mod reason {
     pub const SUCCESSFUL: &str = "Successful";
     /// The last run failed.
     pub const FAILED: &str = "Failed";
+    /// The CR is paused (ours).
+    pub const PAUSED: &str = "Paused";
+    /// The CR was paused and runs again (ours).
+    pub const RESUMED: &str = "Resumed";
 }
 
 /// Messages, as upstream.
@@ -31,6 +38,11 @@ pub mod message {
     pub const AWAITING: &str = "Awaiting next reconciliation";
     /// On the `Successful` condition.
     pub const SUCCEEDED: &str = "Last reconciliation succeeded";
+    /// On the `Paused` condition while paused (the annotation is `reconcile::annotations::PAUSED`).
+    pub const PAUSED: &str =
+        "Reconciliation paused by the annotation ansible.sdk.operatorframework.io/paused: \"true\"";
+    /// On the `Paused` condition once the CR runs again.
+    pub const RESUMED: &str = "Reconciliation resumed";
 }
 
 /// What happened to the CR, in terms of its conditions.
@@ -38,6 +50,8 @@ pub mod message {
 pub enum Transition {
     /// A run starts.
     Running,
+    /// The CR is paused: nothing runs (ours; the other conditions stay as they are).
+    Paused,
     /// The run succeeded with these counters.
     Succeeded(Stats),
     /// The run failed (with counters when Ansible got as far as its stats), or could not run at all.
@@ -75,7 +89,14 @@ pub fn next(current: &[Value], transition: &Transition, now: &str, generation: O
     let mut conditions = current.to_vec();
     let list = &mut conditions;
     let desired = |kind, status, reason, message, stats| Desired { kind, status, reason, message, stats };
+    if *transition != Transition::Paused {
+        resume(list, now, generation);
+    }
     match transition {
+        Transition::Paused => {
+            let paused = desired(PAUSED, "True", reason::PAUSED, message::PAUSED, None);
+            set_condition(list, &paused, now, generation);
+        }
         Transition::Running => {
             flip_to_false(list, SUCCESSFUL, now, generation);
             let running = desired(RUNNING, "True", reason::RUNNING, message::RUNNING, None);
@@ -148,6 +169,21 @@ fn flip_to_false(conditions: &mut Vec<Value>, kind: &str, now: &str, generation:
     set_condition(conditions, &desired, now, generation);
 }
 
+/// A `Paused` condition that is `True` turns `False` (reason `Resumed`) with the first write of a
+/// run after the CR resumed; none is added to a CR that was never paused.
+fn resume(conditions: &mut Vec<Value>, now: &str, generation: Option<i64>) {
+    if conditions.iter().any(|c| c["type"] == PAUSED && c["status"] == "True") {
+        let resumed = Desired {
+            kind: PAUSED,
+            status: "False",
+            reason: reason::RESUMED,
+            message: message::RESUMED,
+            stats: None,
+        };
+        set_condition(conditions, &resumed, now, generation);
+    }
+}
+
 fn set_generation(condition: &mut Value, generation: Option<i64>) {
     if let (Some(generation), Some(map)) = (generation, condition.as_object_mut()) {
         map.insert("observedGeneration".into(), generation.into());
@@ -182,6 +218,34 @@ mod tests {
 
     fn types(conditions: &[Value]) -> Vec<&str> {
         conditions.iter().map(|c| c["type"].as_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn pausing_adds_a_paused_condition_and_leaves_the_others_alone() {
+        let done =
+            next(&next(&[], &Transition::Running, T0, Some(1)), &Transition::Succeeded(stats()), T1, Some(1));
+        let paused = next(&done, &Transition::Paused, T2, Some(2));
+        assert_eq!(&paused[..done.len()], &done[..], "upstream's conditions untouched");
+        assert_eq!(
+            paused.last(),
+            Some(&json!({"type": "Paused", "status": "True", "lastTransitionTime": T2, "reason": "Paused",
+                         "message": message::PAUSED, "observedGeneration": 2}))
+        );
+        assert_eq!(next(&paused, &Transition::Paused, T2, Some(2)), paused, "already paused: no change");
+    }
+
+    #[test]
+    fn the_first_write_after_resuming_turns_paused_false_and_a_cr_never_paused_gets_none() {
+        let paused = next(&[], &Transition::Paused, T0, Some(1));
+        let running = next(&paused, &Transition::Running, T1, Some(2));
+        let condition = find(&running, PAUSED);
+        assert_eq!(condition["status"], "False");
+        assert_eq!(condition["reason"], "Resumed");
+        assert_eq!(condition["observedGeneration"], 2);
+        assert_eq!(condition["lastTransitionTime"], T1);
+        let done = next(&running, &Transition::Succeeded(stats()), T2, Some(2));
+        assert_eq!(find(&done, PAUSED)["lastTransitionTime"], T1, "stays False, time kept");
+        assert!(!types(&next(&[], &Transition::Running, T0, Some(1))).contains(&PAUSED));
     }
 
     #[test]
