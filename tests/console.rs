@@ -1,7 +1,7 @@
 //! The web console in a real headless Chromium (Debian's chromium and chromium-driver, driven over
 //! WebDriver): sign in with a ServiceAccount's token, find the CR, open it, see its runs and the task
 //! chart, read why its log is refused until the account may `get` `<plural>/log`, press "Reconcile
-//! now" and see the new run appear. Screenshots go to
+//! now" and see the new run appear, pause it (the `Paused` condition shows) and resume it. Screenshots go to
 //! target/test-output/console/ for a reviewer to look at.
 
 mod support;
@@ -191,5 +191,30 @@ async fn sign_in_open_a_cr_read_its_runs_and_reconcile_it_now() {
     .await;
     wait_texts(&browser, "#task-chart svg g.task", "its task chart", |bars| bars.len() == 3).await;
     screenshot(&browser, "05-reconciled.png").await;
+
+    // Pause: the button sets the annotation, the operator writes the Paused condition, the page
+    // says so and offers "Resume", which runs the CR again.
+    browser.find(Locator::Css("#pause")).await.unwrap().click().await.unwrap();
+    wait_texts(&browser, "#notice", "the pause notice", |n| {
+        n.iter().any(|n| n.contains("Paused by system:serviceaccount:"))
+    })
+    .await;
+    wait_texts(&browser, ".conditions tbody tr", "the Paused condition", |rows| {
+        rows.iter().any(|row| row.starts_with("Paused") && row.contains("True"))
+    })
+    .await;
+    wait_texts(&browser, "#paused", "the paused badge", |b| b == ["Paused"]).await;
+    wait_texts(&browser, "#pause", "the resume button", |b| b == ["Resume"]).await;
+    screenshot(&browser, "06-paused.png").await;
+    browser.find(Locator::Css("#pause")).await.unwrap().click().await.unwrap();
+    wait_texts(&browser, "#notice", "the resume notice", |n| n.iter().any(|n| n.contains("Resumed by")))
+        .await;
+    wait_texts(&browser, ".conditions tbody tr", "Paused turned False by the run after resuming", |rows| {
+        rows.iter().any(|row| row.starts_with("Paused") && row.contains("False") && row.contains("Resumed"))
+    })
+    .await;
+    wait_texts(&browser, "#pause", "the pause button again", |b| b == ["Pause"]).await;
+    assert!(texts(&browser, "#paused").await.unwrap().is_empty());
+    screenshot(&browser, "07-resumed.png").await;
     browser.close().await.unwrap();
 }

@@ -15,7 +15,7 @@ use super::{Error, Kind, State, views};
 use crate::access::{Action, User};
 use crate::decoded::Decoded;
 use crate::kubeapi::{self, with_timeout};
-use crate::reconcile::annotations::{RECONCILE_REQUESTED, ReconcileRequest};
+use crate::reconcile::annotations::{PAUSED, RECONCILE_REQUESTED, ReconcileRequest};
 
 /// The path of one CR: `{group}/{plural}/crs/{namespace}/{name}`, `-` as the namespace of a
 /// cluster-scoped CR, `core` as the core group.
@@ -132,16 +132,55 @@ pub async fn reconcile(
     let (kind, user, _) = authorized_cr(&state, &path, &headers, "patch").await?;
     let request = ReconcileRequest { at: jiff::Timestamp::now().to_string(), by: user.name.clone() };
     let value = serde_json::to_string(&request).unwrap_or_default();
-    let patch = json!({"metadata": {"annotations": {RECONCILE_REQUESTED: value}}});
-    with_timeout(cr_api(&state, kind, &path).patch(
+    annotate(&state, kind, &path, json!({RECONCILE_REQUESTED: value})).await?;
+    tracing::info!(user = %user.name, kind = %kind.resource.kind, namespace = %path.namespace, name = %path.name, "reconcile requested through the API");
+    Ok((StatusCode::ACCEPTED, Json(json!({"requested": request.at, "by": request.by}))))
+}
+
+/// `POST .../crs/{namespace}/{name}/pause`: pauses the CR (`patch` on it) by setting its
+/// `ansible.sdk.operatorframework.io/paused` annotation to `"true"`, as `kubectl annotate` would.
+pub async fn pause(
+    Extract(state): Extract<Arc<State>>,
+    Path(path): Path<CrPath>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Error> {
+    set_paused(&state, &path, &headers, true).await
+}
+
+/// `POST .../crs/{namespace}/{name}/resume`: removes the pause annotation (`patch` on the CR), so
+/// the CR runs once at once.
+pub async fn resume(
+    Extract(state): Extract<Arc<State>>,
+    Path(path): Path<CrPath>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Error> {
+    set_paused(&state, &path, &headers, false).await
+}
+
+async fn set_paused(
+    state: &State,
+    path: &CrPath,
+    headers: &HeaderMap,
+    paused: bool,
+) -> Result<Json<Value>, Error> {
+    let (kind, user, _) = authorized_cr(state, path, headers, "patch").await?;
+    let value = if paused { json!("true") } else { Value::Null };
+    annotate(state, kind, path, json!({PAUSED: value})).await?;
+    tracing::info!(user = %user.name, kind = %kind.resource.kind, namespace = %path.namespace, name = %path.name, paused, "pause set through the API");
+    Ok(Json(json!({"paused": paused, "by": user.name})))
+}
+
+/// Merges `annotations` into the CR's (a `null` value removes one) with the operator's client.
+async fn annotate(state: &State, kind: &Kind, path: &CrPath, annotations: Value) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": annotations}});
+    with_timeout(cr_api(state, kind, path).patch(
         &path.name,
         &kubeapi::patch_params(),
         &Patch::Merge(&patch),
     ))
     .await
-    .map_err(|source| api_error(source, &path, "annotate"))?;
-    tracing::info!(user = %user.name, kind = %kind.resource.kind, namespace = %path.namespace, name = %path.name, "reconcile requested through the API");
-    Ok((StatusCode::ACCEPTED, Json(json!({"requested": request.at, "by": request.by}))))
+    .map_err(|source| api_error(source, path, "annotate"))?;
+    Ok(())
 }
 
 /// A run of a CR, recorded or in flight.

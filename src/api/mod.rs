@@ -1,8 +1,8 @@
 //! The operator's HTTPS API and web console on `--api-bind-address`: the watched kinds, their CRs
 //! with a status summary, each CR's conditions and run history, a run's tasks and log (live while
-//! it runs), and a request to reconcile a CR now. Every request carries a bearer token the API
+//! it runs), and a request to reconcile a CR now, or to pause or resume it. Every request carries a bearer token the API
 //! server reviews (`TokenReview`), and is allowed only as far as the user's RBAC on the CR's own
-//! resource goes (`SubjectAccessReview`: reading needs `get`/`list`, a reconcile `patch`).
+//! resource goes (`SubjectAccessReview`: reading needs `get`/`list`; a reconcile, a pause or a resume `patch`).
 
 mod console;
 mod handlers;
@@ -119,6 +119,8 @@ fn router(state: Arc<State>) -> Router {
         .route(&format!("{cr}/runs/{{run}}"), get(handlers::run))
         .route(&format!("{cr}/runs/{{run}}/log"), get(log::log))
         .route(&format!("{cr}/reconcile"), post(handlers::reconcile))
+        .route(&format!("{cr}/pause"), post(handlers::pause))
+        .route(&format!("{cr}/resume"), post(handlers::resume))
         .merge(console::routes())
         .fallback(|| async { Error::NotFound("no such endpoint".into()) })
         .with_state(state)

@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 use super::Kind;
 use crate::history::availability::{self, Store};
 use crate::history::live::LiveRun;
+use crate::reconcile::annotations::PAUSED;
 use crate::status::conditions;
 
 /// A CR's state, for its badge: what its conditions say, unless a run is in flight right now.
@@ -73,6 +74,7 @@ pub fn cr_summary(object: &Value, latest: Option<&Value>, live: Option<&LiveRun>
         "generation": metadata["generation"],
         "created": metadata["creationTimestamp"],
         "state": state(object, live.is_some()),
+        "paused": metadata["annotations"][PAUSED] == "true",
         "message": message,
         "ansibleResult": object["status"]["conditions"]
             .as_array()

@@ -151,7 +151,7 @@ function login(message) {
   };
   app.replaceChildren(h('section', { class: 'card login' },
     h('h1', { text: 'Sign in' }),
-    h('p', { text: 'Paste a Kubernetes bearer token. The console sees exactly what the token\'s RBAC allows: reading a kind needs get and list on it, "Reconcile now" needs patch. The token stays in this browser tab.' }),
+    h('p', { text: 'Paste a Kubernetes bearer token. The console sees exactly what the token\'s RBAC allows: reading a kind needs get and list on it, "Reconcile now", "Pause" and "Resume" need patch. The token stays in this browser tab.' }),
     h('pre', { text: 'kubectl create token <service-account> -n <namespace>' }),
     token,
     error,
@@ -221,6 +221,7 @@ async function crPage(group, plural, namespace, name) {
   const logState = h('span', { class: 'live', id: 'log-state' });
   const logRefused = h('p', { class: 'error', id: 'log-refused', hidden: true });
   const reconcile = h('button', { id: 'reconcile', class: 'primary', type: 'button', text: 'Reconcile now' });
+  const pause = h('button', { id: 'pause', type: 'button', text: 'Pause' });
   app.replaceChildren(
     h('div', { class: 'card' }, heading, notice,
       h('table', { class: 'conditions' }, h('thead', {}, h('tr', {},
@@ -254,6 +255,25 @@ async function crPage(group, plural, namespace, name) {
     refresh().catch(() => {});
   });
 
+  // Pause or resume: the API sets or removes the CR's paused annotation (needs patch on the CR).
+  pause.addEventListener('click', async () => {
+    pause.disabled = true;
+    const action = state.detail && state.detail.paused ? 'resume' : 'pause';
+    try {
+      const answer = await api(`${base}/${action}`, { method: 'POST' });
+      notice.textContent = answer.paused
+        ? `Paused by ${answer.by}: nothing runs until it is resumed.`
+        : `Resumed by ${answer.by}; it runs now.`;
+      notice.className = 'notice';
+    } catch (e) {
+      notice.textContent = e.message;
+      notice.className = 'error';
+    }
+    notice.hidden = false;
+    pause.disabled = false;
+    refresh().catch(() => {});
+  });
+
   const runs = () => {
     const detail = state.detail;
     const list = detail.runs.slice();
@@ -267,7 +287,9 @@ async function crPage(group, plural, namespace, name) {
     const detail = state.detail;
     heading.replaceChildren(detail.name, badge(detail.state),
       h('span', { class: 'muted', text: `${detail.kind} · generation ${detail.generation}` }),
-      h('span', { class: 'spacer' }), reconcile);
+      detail.paused ? h('span', { class: 'badge Paused', id: 'paused', text: 'Paused' }) : null,
+      h('span', { class: 'spacer' }), pause, reconcile);
+    pause.textContent = detail.paused ? 'Resume' : 'Pause';
     conditions.replaceChildren(...detail.conditions.map((c) => h('tr', {},
       h('td', { text: c.type }), h('td', { text: c.status }), h('td', { text: c.reason || '' }),
       h('td', { text: c.message || '' }), h('td', { class: 'muted', text: ago(c.lastTransitionTime) }))));
