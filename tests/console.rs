@@ -105,7 +105,7 @@ async fn wait_texts(
 }
 
 #[tokio::test]
-async fn sign_in_open_a_cr_read_its_runs_and_reconcile_it_now() {
+async fn sign_in_open_a_cr_read_its_runs_reconcile_it_now_pause_and_resume_it() {
     let Test { client: _, ns, api: crs } =
         Test::setup("console").kind(GROUP, KIND).run_records().build().await;
     let token = service_account(&ns.name, "console", "get,list,patch", &format!("{PLURAL}.{GROUP}"));

@@ -26,12 +26,9 @@ fn watches(markers: &Path, finalizer: &str) -> String {
     )
 }
 
-/// Runs of one CR so far: ansible-runner's artifact directories (all kept: 20 by default).
+/// Runs of one CR so far.
 fn runs(operator: &Operator, namespace: &str, name: &str) -> usize {
-    let artifacts = operator.runner_dir(GROUP, KIND, namespace, name).join("artifacts");
-    std::fs::read_dir(artifacts)
-        .map(|entries| entries.filter_map(Result::ok).filter(|entry| entry.file_name() != "latest").count())
-        .unwrap_or(0)
+    operator.runs(GROUP, KIND, namespace, name)
 }
 
 fn markers(namespace: &str) -> PathBuf {

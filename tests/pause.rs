@@ -32,12 +32,9 @@ fn watches(markers: &Path) -> String {
     )
 }
 
-/// Runs of one CR so far: ansible-runner's artifact directories (20 kept by default).
+/// Runs of one CR so far.
 fn runs(operator: &Operator, namespace: &str, name: &str) -> usize {
-    let artifacts = operator.runner_dir(GROUP, KIND, namespace, name).join("artifacts");
-    std::fs::read_dir(artifacts)
-        .map(|entries| entries.filter_map(Result::ok).filter(|entry| entry.file_name() != "latest").count())
-        .unwrap_or(0)
+    operator.runs(GROUP, KIND, namespace, name)
 }
 
 /// `ansible_operator_paused_crs` of the kind in the operator's `/metrics`.

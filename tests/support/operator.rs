@@ -99,6 +99,16 @@ impl Operator {
         self.dir.join("runner").join(group).join("v1alpha1").join(kind).join(namespace).join(name)
     }
 
+    /// Runs of the CR so far: ansible-runner's artifact directories (20 kept by default).
+    pub fn runs(&self, group: &str, kind: &str, namespace: &str, name: &str) -> usize {
+        let artifacts = self.runner_dir(group, kind, namespace, name).join("artifacts");
+        std::fs::read_dir(artifacts)
+            .map(|entries| {
+                entries.filter_map(Result::ok).filter(|entry| entry.file_name() != "latest").count()
+            })
+            .unwrap_or(0)
+    }
+
     /// SIGKILL: the process dies without cleaning up, as on a node failure.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -236,42 +236,38 @@ async function crPage(group, plural, namespace, name) {
   // selected: the run shown; awaiting: the newest run when "Reconcile now" was pressed.
   const state = { detail: null, selected: null, shown: null, awaiting: undefined, ending: undefined };
 
-  reconcile.addEventListener('click', async () => {
-    reconcile.disabled = true;
+  // POSTs an action on the CR from `button`; the notice says what `said` makes of the answer, or
+  // why it was refused.
+  const act = async (button, action, said) => {
+    button.disabled = true;
+    try {
+      const answer = await api(`${base}/${action}`, { method: 'POST' });
+      notice.textContent = said(answer);
+      notice.className = 'notice';
+    } catch (e) {
+      notice.textContent = e.message;
+      notice.className = 'error';
+    }
+    notice.hidden = false;
+    button.disabled = false;
+    refresh().catch(() => {});
+  };
+
+  reconcile.addEventListener('click', () => {
     // The newest run before the request: a refresh while the request is answered may already
     // list the requested run.
     const before = runs()[0] ? runs()[0].name : null;
-    try {
-      const answer = await api(`${base}/reconcile`, { method: 'POST' });
-      notice.textContent = `Reconcile requested by ${answer.by}; the run appears below when it starts.`;
-      notice.className = 'notice';
+    act(reconcile, 'reconcile', (answer) => {
       state.awaiting = before;
-    } catch (e) {
-      notice.textContent = e.message;
-      notice.className = 'error';
-    }
-    notice.hidden = false;
-    reconcile.disabled = false;
-    refresh().catch(() => {});
+      return `Reconcile requested by ${answer.by}; the run appears below when it starts.`;
+    });
   });
 
   // Pause or resume: the API sets or removes the CR's paused annotation (needs patch on the CR).
-  pause.addEventListener('click', async () => {
-    pause.disabled = true;
-    const action = state.detail && state.detail.paused ? 'resume' : 'pause';
-    try {
-      const answer = await api(`${base}/${action}`, { method: 'POST' });
-      notice.textContent = answer.paused
-        ? `Paused by ${answer.by}: nothing runs until it is resumed.`
-        : `Resumed by ${answer.by}; it runs now.`;
-      notice.className = 'notice';
-    } catch (e) {
-      notice.textContent = e.message;
-      notice.className = 'error';
-    }
-    notice.hidden = false;
-    pause.disabled = false;
-    refresh().catch(() => {});
+  pause.addEventListener('click', () => {
+    act(pause, state.detail && state.detail.paused ? 'resume' : 'pause', (answer) => (answer.paused
+      ? `Paused by ${answer.by}: nothing runs until it is resumed.`
+      : `Resumed by ${answer.by}; it runs now.`));
   });
 
   const runs = () => {
