@@ -139,7 +139,7 @@ async fn pausing_and_resuming_through_the_api_need_patch_on_the_cr() {
 
     let denied = server.request("POST", &format!("{path}/pause"), Some(&reader));
     assert_eq!(denied.status, 403, "{}", denied.body);
-    assert!(api.get("held").await.unwrap().metadata.annotations.unwrap_or_default().get(PAUSED).is_none());
+    assert!(!api.get("held").await.unwrap().metadata.annotations.unwrap_or_default().contains_key(PAUSED));
 
     let paused = server.request("POST", &format!("{path}/pause"), Some(&writer));
     assert_eq!(paused.status, 200, "{}", paused.body);
@@ -154,7 +154,7 @@ async fn pausing_and_resuming_through_the_api_need_patch_on_the_cr() {
     assert_eq!(resumed.status, 200, "{}", resumed.body);
     let object = support::wait_for_condition(&api, "held", "Paused", "False", WAIT).await;
     assert!(
-        object.metadata.annotations.unwrap_or_default().get(PAUSED).is_none(),
+        !object.metadata.annotations.unwrap_or_default().contains_key(PAUSED),
         "the annotation is removed"
     );
     assert_eq!(server.get_ok(&path, &reader)["paused"], false);
