@@ -90,7 +90,7 @@ pub struct Context {
     /// The CRs looked at since the operator started (their first look is the start-up run).
     pub seen: Seen,
     /// The watch's paused CRs.
-    pub paused: super::pause::PausedCrs,
+    pub paused: super::paused_crs::PausedCrs,
     /// The API proxy playbooks reach the cluster through.
     pub proxy: Arc<Proxy>,
     /// Prometheus metrics.
