@@ -184,6 +184,7 @@ impl WatchController {
                         watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
                             remove_runner_dir(&ctx, object);
                             ctx.seen.forget(&reconcile::key_of(object));
+                            ctx.metrics.forget_cr(&reconcile::cr_ref(&ctx, object));
                         }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {

@@ -19,6 +19,7 @@ mod pace;
 mod plan;
 mod run;
 pub mod schedule;
+mod series;
 mod spec;
 
 use std::sync::Arc;
@@ -44,6 +45,7 @@ use judge::Verdict;
 pub use pace::Pacer;
 use plan::{Flags, Step};
 use schedule::{Startup, StartupResync};
+pub use series::cr_ref;
 use spec::new_ident;
 pub use spec::{runner_dir, trusts_cr_variables, unsafe_strings};
 
@@ -181,6 +183,7 @@ async fn reconcile_inner(
         name: &name,
         key,
         generation: current.metadata.generation,
+        cr: series::cr_ref(ctx, current),
     };
 
     let plan = match plan::plan(&current, &ctx.watch, Flags::of(&ctx.settings)) {
