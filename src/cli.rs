@@ -220,6 +220,20 @@ pub struct RunArgs {
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub trust_cr_variables: bool,
 
+    /// Write the kstatus conditions `Ready`, `Reconciling` and `Stalled` (with `observedGeneration`)
+    /// beside upstream's, so `kubectl wait --for=condition=Ready` and Argo CD understand a CR. A
+    /// watch's `readyConditions` wins. Off by default: the status stays upstream's.
+    #[arg(long, env = "ANSIBLE_OPERATOR_READY_CONDITIONS", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub ready_conditions: bool,
+
+    /// Expose the per-CR series (`ansible_operator_cr_condition`, `..._cr_last_success_timestamp_seconds`,
+    /// `..._cr_consecutive_failures`): one series per CR and condition type, plus two per CR. Turn
+    /// off for very large installations.
+    #[arg(long, env = "ANSIBLE_OPERATOR_CR_METRICS", default_value = "true", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub cr_metrics: bool,
+
     /// Address of the HTTPS API and web console (`0` disables them).
     #[arg(long, env = "ANSIBLE_OPERATOR_API_BIND_ADDRESS", default_value = ":8082")]
     pub api_bind_address: String,
@@ -311,6 +325,15 @@ mod tests {
         assert!(run(&["--sharding"]).sharding);
         assert!(!run(&["--sharding=false"]).sharding);
         assert_eq!(run(&["--sharding-ring=fleet"]).sharding_ring.as_deref(), Some("fleet"));
+    }
+
+    #[test]
+    fn ready_conditions_are_off_and_per_cr_metrics_on_by_default() {
+        let args = run(&[]);
+        assert!(!args.ready_conditions);
+        assert!(args.cr_metrics);
+        assert!(run(&["--ready-conditions"]).ready_conditions);
+        assert!(!run(&["--cr-metrics=false"]).cr_metrics);
     }
 
     #[test]

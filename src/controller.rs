@@ -185,7 +185,7 @@ impl WatchController {
                     match event {
                         watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
                             remove_runner_dir(&ctx, object);
-                            reconcile::forget(&ctx, &reconcile::key_of(object));
+                            reconcile::forget(&ctx, object);
                         }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {

@@ -87,7 +87,7 @@ pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)>
     let (client, proxy_client) = clients().await?;
     let namespaces = watch_namespaces(&env);
     end_orphans();
-    let metrics = Metrics::new(VERSION, COMMIT);
+    let metrics = Metrics::with_cr_metrics(VERSION, COMMIT, args.cr_metrics);
     let launcher = launcher(args, &loaded.watches, toolchain, &playbook_env, &metrics);
     let ledger = Arc::new(Ledger::default());
     let history = Arc::new(History::new(client.clone(), &namespaces).await);
@@ -380,6 +380,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         live: Arc::default(),
         trust_cr_templates: args.trust_cr_templates,
         trust_cr_variables: args.trust_cr_variables,
+        ready_conditions: args.ready_conditions,
         run_history_limit: args.run_history_limit,
         sharding: shared.membership,
     }

@@ -1,6 +1,8 @@
 //! Prometheus metrics (upstream §8.1): the operator's registry and its facade. Each group of
-//! families (reconciles, runs, executor, shards) is a struct registered once, in its own file.
+//! families (reconciles, runs, executor, shards, per-CR status) is a struct registered once, in its
+//! own file.
 
+mod crs;
 mod executor;
 mod family;
 mod reconcile;
@@ -20,6 +22,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 
+use self::crs::{CR_CONDITION, CR_CONSECUTIVE_FAILURES, CR_LAST_SUCCESS, CrMetrics};
 use self::executor::{
     EXECUTOR_FALLBACKS, EXECUTOR_RUNS, EXECUTOR_WORKER_RESTARTS, EXECUTOR_WORKER_RSS, ExecutorMetrics,
 };
@@ -32,6 +35,7 @@ use self::runs::{RESYNCS_WAITING, RUNS_IN_FLIGHT, RUNS_WAITING, RunMetrics};
 use self::shards::{SHARD_CRS, SHARD_INFO, ShardMetrics, UNDECODABLE_CRS};
 use crate::executor_mode::Executor;
 
+pub use crs::CrRef;
 pub use family::DEFAULT_BUCKETS;
 pub use reconcile::{ReconcileOutcome, ReconcileTimer};
 pub use runs::{GaugeGuard, RunGuard, WaitGuard};
@@ -60,6 +64,9 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     SHARD_CRS,
     SHARD_INFO,
     UNDECODABLE_CRS,
+    CR_CONDITION,
+    CR_LAST_SUCCESS,
+    CR_CONSECUTIVE_FAILURES,
 ];
 
 const BUILD_INFO: &str = "ansible_operator_build_info";
@@ -83,12 +90,19 @@ pub struct Metrics {
     runs: RunMetrics,
     executor: ExecutorMetrics,
     shards: ShardMetrics,
+    /// `None` with `--cr-metrics=false`.
+    crs: Option<CrMetrics>,
     user: Arc<Mutex<UserMetrics>>,
 }
 
 impl Metrics {
     /// Registers every family and sets `ansible_operator_build_info{commit, version}` to 1.
     pub fn new(version: &str, commit: &str) -> Arc<Metrics> {
+        Metrics::with_cr_metrics(version, commit, true)
+    }
+
+    /// [`Metrics::new`], with the per-CR families only when `cr_metrics` (`--cr-metrics`).
+    pub fn with_cr_metrics(version: &str, commit: &str, cr_metrics: bool) -> Arc<Metrics> {
         let build_info = Family::<Labels<2>, Gauge>::default();
         build_info.get_or_create(&[("commit", commit.to_string()), ("version", version.to_string())]).set(1);
         let user = Arc::new(Mutex::new(UserMetrics::default()));
@@ -101,8 +115,9 @@ impl Metrics {
         let runs = RunMetrics::register(&mut registry);
         let executor = ExecutorMetrics::register(&mut registry);
         let shards = ShardMetrics::register(&mut registry);
+        let crs = cr_metrics.then(|| CrMetrics::register(&mut registry));
         registry.register_collector(Box::new(user::Collector(user.clone())));
-        Arc::new(Metrics { registry, reconcile, runs, executor, shards, user })
+        Arc::new(Metrics { registry, reconcile, runs, executor, shards, crs, user })
     }
 
     /// Starts timing one reconcile of `gvk` (see [`gvk_label`]) by `controller` (see
@@ -167,6 +182,34 @@ impl Metrics {
     /// Counts a version of a `gvk` CR that could not be decoded (and was skipped).
     pub fn undecodable_cr(&self, gvk: &str) {
         self.shards.undecodable_cr(gvk);
+    }
+
+    /// Sets the per-CR condition series of `cr` (type, whether `True`); types it no longer carries go.
+    pub fn cr_conditions<'a>(&self, cr: &CrRef, conditions: impl IntoIterator<Item = (&'a str, bool)>) {
+        if let Some(crs) = &self.crs {
+            crs.set_conditions(cr, conditions);
+        }
+    }
+
+    /// A run of `cr` succeeded at `unix_seconds`.
+    pub fn cr_succeeded(&self, cr: &CrRef, unix_seconds: f64) {
+        if let Some(crs) = &self.crs {
+            crs.succeeded(cr, unix_seconds);
+        }
+    }
+
+    /// A run of `cr` failed.
+    pub fn cr_failed(&self, cr: &CrRef) {
+        if let Some(crs) = &self.crs {
+            crs.failed(cr);
+        }
+    }
+
+    /// Drops every per-CR series of a deleted `cr`.
+    pub fn forget_cr(&self, cr: &CrRef) {
+        if let Some(crs) = &self.crs {
+            crs.forget(cr);
+        }
     }
 
     /// Applies one user-metrics API request (see [`UserMetrics::apply`]).

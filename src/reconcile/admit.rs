@@ -9,6 +9,7 @@ use super::cr::set_finalizer;
 use super::journal::Journal;
 use super::judge::Failure;
 use super::plan::Run;
+use super::series;
 use crate::status::{self, Transition};
 
 /// What admission leaves.
@@ -45,13 +46,15 @@ pub async fn admit(
     }
     if ctx.watch.manage_status {
         let name = current.name_any();
-        match status::write(api, &name, &Transition::Running, current.metadata.generation).await? {
+        let generation = current.metadata.generation;
+        match status::write(api, &name, ctx.conditions(), &Transition::Running, generation).await? {
             Some(updated) => *current = updated,
             None => return Ok(Admission::Gone),
         }
         // The spec may have changed since the read: the run gets this copy, so its status and
         // record name this copy's generation.
         journal.run_on(current.metadata.generation);
+        series::conditions(ctx, current);
     }
     Ok(Admission::Admitted)
 }

@@ -12,6 +12,7 @@ use super::cr::{StatusTarget, get, set_finalizer};
 use super::decide::{self, After};
 use super::judge::{Failure, Ran, Verdict};
 use super::schedule::Jitter;
+use super::series;
 use crate::go_duration;
 use crate::status::{self, Transition};
 
@@ -27,7 +28,7 @@ type Write = (Transition, Option<Map<String, Value>>);
 /// Ends a reconcile that failed: its condition, then its error.
 pub async fn fail(ctx: &Context, target: &StatusTarget<'_>, failure: Failure) -> Result<Next, Error> {
     let write = failure.is_written(ctx.watch.manage_status).then(|| failure.transition());
-    finish(target, write.map(|transition| (transition, failure.hosts)), Err(*failure.error)).await
+    finish(ctx, target, write.map(|transition| (transition, failure.hosts)), Err(*failure.error)).await
 }
 
 /// Ends a reconcile from its verdict; `finalizing` when the finalizer ran, `period` the requeue
@@ -48,7 +49,7 @@ pub async fn conclude(
     };
     let result = if ran.succeeded { Ok(next) } else { Err(Error::TaskFailed { key: target.key.into() }) };
     let write = ctx.watch.manage_status.then_some((ran.transition, ran.hosts));
-    finish(target, write, result).await
+    finish(ctx, target, write, result).await
 }
 
 /// What follows a run that finished, from the CR as re-read: `None` when it is gone or its
@@ -83,16 +84,25 @@ async fn after(
     }
 }
 
-/// Writes the status (when there is a write), then returns `result`.
+/// Writes the status (when there is a write) and counts the run in the CR's series (unless the CR
+/// is gone, so a deleted CR's series stay gone), then returns `result`.
 async fn finish(
+    ctx: &Context,
     target: &StatusTarget<'_>,
     write: Option<Write>,
     result: Result<Next, Error>,
 ) -> Result<Next, Error> {
     if let Some((transition, hosts)) = write {
-        status::write_with_hosts(target.api, target.name, &transition, target.generation, hosts.as_ref())
-            .await?;
+        let (api, name, generation) = (target.api, target.name, target.generation);
+        let written =
+            status::write_with_hosts(api, name, ctx.conditions(), &transition, generation, hosts.as_ref())
+                .await?;
+        let Some(written) = written else {
+            return result;
+        };
+        series::conditions(ctx, &written);
     }
+    series::concluded(ctx, &target.cr, result.is_ok());
     result
 }
 

@@ -65,6 +65,8 @@ pub struct Settings {
     /// `--trust-cr-variables`: spec keys may set Ansible's own variables (a watch's
     /// `trustCRVariables` wins).
     pub trust_cr_variables: bool,
+    /// `--ready-conditions`: the kstatus conditions are written (a watch's `readyConditions` wins).
+    pub ready_conditions: bool,
     /// With `--sharding`: this replica's ring and shard.
     pub sharding: Option<crate::sharding::Membership>,
 }
@@ -99,6 +101,14 @@ pub struct Context {
     pub gvk_label: String,
     /// This kind's `controller` metric label.
     pub controller_label: String,
+}
+
+impl Context {
+    /// The conditions this kind's status writes keep: the kstatus ones too with `readyConditions`
+    /// (else `--ready-conditions`).
+    pub fn conditions(&self) -> status::Conditions {
+        status::Conditions::with_ready(self.watch.extensions.ready_conditions(self.settings.ready_conditions))
+    }
 }
 
 /// Why a reconcile failed; each leads to a retry with backoff.

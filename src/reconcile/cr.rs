@@ -21,6 +21,8 @@ pub struct StatusTarget<'a> {
     pub key: &'a str,
     /// The generation the run saw.
     pub generation: Option<i64>,
+    /// The CR as its metric series name it.
+    pub cr: crate::metrics::CrRef,
 }
 
 /// The API of the CR's kind, in its namespace when the kind is namespaced.

@@ -22,6 +22,7 @@ mod paused_crs;
 mod plan;
 mod run;
 pub mod schedule;
+mod series;
 mod spec;
 
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub use pace::Pacer;
 pub use paused_crs::PausedCrs;
 use plan::{Flags, Step};
 use schedule::{Startup, StartupResync};
+pub use series::cr_ref;
 use spec::new_ident;
 pub use spec::{runner_dir, trusts_cr_variables, unsafe_strings};
 
@@ -161,10 +163,12 @@ fn defer_at_startup(object: &DynamicObject, ctx: &Context, first_look: bool) -> 
     Some(next)
 }
 
-/// Forgets a deleted CR: its first look, and its place among the paused CRs.
-pub fn forget(ctx: &Context, key: &str) {
-    ctx.seen.forget(key);
-    pause::note(ctx, key, false);
+/// Forgets a deleted CR: its first look, its place among the paused CRs, its per-CR series.
+pub fn forget(ctx: &Context, object: &DynamicObject) {
+    let key = key_of(object);
+    ctx.seen.forget(&key);
+    pause::note(ctx, &key, false);
+    ctx.metrics.forget_cr(&cr_ref(ctx, object));
 }
 
 /// The controller's error policy: retry with per-CR exponential backoff.
@@ -197,6 +201,7 @@ async fn reconcile_inner(
         name: &name,
         key,
         generation: current.metadata.generation,
+        cr: series::cr_ref(ctx, current),
     };
 
     let plan = match plan::plan(&current, &ctx.watch, Flags::of(&ctx.settings)) {

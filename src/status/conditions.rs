@@ -1,6 +1,7 @@
 //! The `Running`/`Successful`/`Failure` conditions (and our `Paused`): a pure function from the current list and a
 //! transition to the next list (upstream §5.1–5.3). Conditions of other types (for example written
-//! by `operator_sdk.util.k8s_status`) are kept untouched, fields and order included.
+//! by `operator_sdk.util.k8s_status`) are kept untouched, fields and order included. With
+//! `readyConditions`, [`kstatus`] adds the standard `Ready`/`Reconciling`/`Stalled` trio.
 
 use serde_json::{Map, Value, json};
 
@@ -15,6 +16,17 @@ pub const FAILURE: &str = "Failure";
 /// Condition type (ours) for a CR paused by its annotation: `True` while paused, `False` once the
 /// first run after it resumed writes its status.
 pub const PAUSED: &str = "Paused";
+
+/// kstatus: the CR is in the state its current generation asks for.
+pub const READY: &str = "Ready";
+/// kstatus: a run is in flight.
+pub const RECONCILING: &str = "Reconciling";
+/// kstatus: the last run failed; the operator retries with backoff.
+pub const STALLED: &str = "Stalled";
+
+/// The condition types the operator writes itself (upstream's and the kstatus ones), in the order
+/// the per-CR metrics expose them; types of other writers are not ours to expose.
+pub const OURS: &[&str] = &[RUNNING, SUCCESSFUL, FAILURE, PAUSED, READY, RECONCILING, STALLED];
 
 /// Reasons, as upstream.
 pub mod reason {
@@ -121,6 +133,95 @@ pub fn next(current: &[Value], transition: &Transition, now: &str, generation: O
         }
     }
     conditions
+}
+
+/// Adds the kstatus conditions to `conditions` (the list [`next`] computed for `transition`):
+///
+/// - a run starts: `Reconciling=True` (reason `Running`); `Ready=False` (reason `Running`) unless
+///   `Ready` is already `True` for this same generation, which a resync leaves `True` so that a
+///   converged CR does not flap to not-ready on every periodic run; `Stalled` stays as it was (a
+///   retry of a failed run is still stalled until it concludes, as upstream's `Failure` stays).
+/// - success: `Ready=True` (reason `Successful`), `Reconciling=False`, `Stalled=False`.
+/// - failure: `Ready=False` and `Stalled=True` with the failure's reason and message,
+///   `Reconciling=False`.
+/// - paused: unchanged (the `Paused` condition says it).
+///
+/// Each is set as apimachinery's `meta.SetStatusCondition` does: in place, with a new
+/// `lastTransitionTime` only when its status changes, and `observedGeneration` from `generation`.
+pub fn kstatus(
+    conditions: &[Value],
+    transition: &Transition,
+    now: &str,
+    generation: Option<i64>,
+) -> Vec<Value> {
+    let mut list = conditions.to_vec();
+    let mut set = |kind, status, reason: &str, message: &str| {
+        set_in_place(&mut list, kind, status, reason, message, now, generation);
+    };
+    match transition {
+        Transition::Running => {
+            set(RECONCILING, "True", reason::RUNNING, message::RUNNING);
+            if !ready_for(conditions, generation) {
+                set(READY, "False", reason::RUNNING, message::RUNNING);
+            }
+        }
+        Transition::Succeeded(_) => {
+            set(READY, "True", reason::SUCCESSFUL, message::SUCCEEDED);
+            set(RECONCILING, "False", reason::SUCCESSFUL, message::AWAITING);
+            set(STALLED, "False", reason::SUCCESSFUL, message::SUCCEEDED);
+        }
+        Transition::Failed { reason, message, .. } => {
+            set(READY, "False", reason, message);
+            set(STALLED, "True", reason, message);
+            set(RECONCILING, "False", reason, "");
+        }
+        // Pausing changes nothing a run decides: the CR stays as ready as its last run left it.
+        Transition::Paused => {}
+    }
+    list
+}
+
+/// Whether `Ready` is `True` for `generation` (a resync of a converged CR).
+fn ready_for(conditions: &[Value], generation: Option<i64>) -> bool {
+    conditions.iter().any(|c| {
+        c["type"] == READY
+            && c["status"] == "True"
+            && c.get("observedGeneration").and_then(Value::as_i64) == generation
+    })
+}
+
+/// apimachinery's `meta.SetStatusCondition`: an existing condition is updated where it is, keeping
+/// its `lastTransitionTime` unless its status changes; a new one is appended.
+fn set_in_place(
+    conditions: &mut Vec<Value>,
+    kind: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: &str,
+    generation: Option<i64>,
+) {
+    let index = match conditions.iter().position(|c| c["type"] == kind) {
+        Some(index) => index,
+        None => {
+            conditions.push(json!({"type": kind}));
+            conditions.len() - 1
+        }
+    };
+    let existing = &mut conditions[index];
+    let transition_time = existing
+        .get("lastTransitionTime")
+        .filter(|_| existing["status"] == status)
+        .cloned()
+        .unwrap_or_else(|| Value::from(now));
+    let mut condition = Map::new();
+    condition.insert("type".into(), kind.into());
+    condition.insert("status".into(), status.into());
+    condition.insert("lastTransitionTime".into(), transition_time);
+    condition.insert("reason".into(), reason.into());
+    condition.insert("message".into(), message.into());
+    *existing = Value::Object(condition);
+    set_generation(existing, generation);
 }
 
 /// Upstream's SetCondition: an unchanged condition (same status and reason, and not `Failure`) stays
@@ -324,6 +425,105 @@ mod tests {
         let conditions = next(std::slice::from_ref(&custom), &Transition::Running, T1, None);
         assert_eq!(conditions[0], custom);
         assert!(conditions[1].get("observedGeneration").is_none());
+    }
+
+    /// One transition through both steps, as a status write with `readyConditions` applies them.
+    fn both(current: &[Value], transition: &Transition, now: &str, generation: i64) -> Vec<Value> {
+        kstatus(&next(current, transition, now, Some(generation)), transition, now, Some(generation))
+    }
+
+    fn status_of(conditions: &[Value], kind: &str) -> String {
+        find(conditions, kind)["status"].as_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn a_first_run_is_reconciling_and_not_ready_with_the_generation_observed() {
+        let running = both(&[], &Transition::Running, T0, 1);
+        assert_eq!(types(&running), ["Running", "Reconciling", "Ready"]);
+        let reconciling = find(&running, RECONCILING);
+        assert_eq!(
+            *reconciling,
+            json!({"type": "Reconciling", "status": "True", "lastTransitionTime": T0,
+                   "reason": "Running", "message": "Running reconciliation", "observedGeneration": 1})
+        );
+        assert_eq!(status_of(&running, READY), "False");
+        assert_eq!(find(&running, READY)["reason"], "Running");
+        assert!(running.iter().all(|c| c["type"] != STALLED), "nothing has failed yet");
+    }
+
+    #[test]
+    fn success_makes_the_cr_ready_and_neither_reconciling_nor_stalled() {
+        let done = both(&both(&[], &Transition::Running, T0, 1), &Transition::Succeeded(stats()), T1, 1);
+        assert_eq!(status_of(&done, READY), "True");
+        assert_eq!(find(&done, READY)["reason"], "Successful");
+        assert_eq!(find(&done, READY)["lastTransitionTime"], T1);
+        assert_eq!(find(&done, READY)["observedGeneration"], 1);
+        assert_eq!(status_of(&done, RECONCILING), "False");
+        assert_eq!(find(&done, RECONCILING)["lastTransitionTime"], T1);
+        assert_eq!(status_of(&done, STALLED), "False");
+        assert_eq!(status_of(&done, SUCCESSFUL), "True", "upstream's conditions are still written");
+    }
+
+    #[test]
+    fn a_resync_of_the_same_generation_stays_ready_while_it_reconciles() {
+        let done = both(&both(&[], &Transition::Running, T0, 1), &Transition::Succeeded(stats()), T1, 1);
+        let resync = both(&done, &Transition::Running, T2, 1);
+        assert_eq!(status_of(&resync, READY), "True");
+        assert_eq!(find(&resync, READY)["lastTransitionTime"], T1);
+        assert_eq!(status_of(&resync, RECONCILING), "True");
+        assert_eq!(status_of(&resync, SUCCESSFUL), "False", "upstream's flip is unchanged");
+    }
+
+    #[test]
+    fn a_new_generation_is_not_ready_until_its_run_succeeds() {
+        let done = both(&both(&[], &Transition::Running, T0, 1), &Transition::Succeeded(stats()), T1, 1);
+        let changed = both(&done, &Transition::Running, T2, 2);
+        assert_eq!(status_of(&changed, READY), "False");
+        assert_eq!(find(&changed, READY)["observedGeneration"], 2);
+        assert_eq!(find(&changed, READY)["lastTransitionTime"], T2);
+        let again = both(&changed, &Transition::Succeeded(stats()), T2, 2);
+        assert_eq!(status_of(&again, READY), "True");
+        assert_eq!(find(&again, READY)["observedGeneration"], 2);
+    }
+
+    #[test]
+    fn a_failure_stalls_the_cr_with_its_reason_and_message_and_it_is_not_ready() {
+        let running = both(&[], &Transition::Running, T0, 1);
+        let failure =
+            Transition::Failed { reason: "RunTimedOut".into(), message: "too slow".into(), stats: None };
+        let failed = both(&running, &failure, T1, 1);
+        let stalled = find(&failed, STALLED);
+        assert_eq!(
+            *stalled,
+            json!({"type": "Stalled", "status": "True", "lastTransitionTime": T1,
+                   "reason": "RunTimedOut", "message": "too slow", "observedGeneration": 1})
+        );
+        assert_eq!(status_of(&failed, READY), "False");
+        assert_eq!(find(&failed, READY)["message"], "too slow");
+        assert_eq!(status_of(&failed, RECONCILING), "False");
+    }
+
+    #[test]
+    fn a_retry_stays_stalled_while_it_runs_and_a_later_failure_updates_the_message() {
+        let failed = both(&[], &Transition::failed("one", None), T0, 1);
+        let retry = both(&failed, &Transition::Running, T1, 1);
+        assert_eq!(status_of(&retry, STALLED), "True");
+        assert_eq!(status_of(&retry, RECONCILING), "True");
+        let again = both(&retry, &Transition::failed("two", None), T2, 1);
+        assert_eq!(find(&again, STALLED)["message"], "two");
+        assert_eq!(find(&again, STALLED)["lastTransitionTime"], T0, "still True: time kept");
+        let recovered = both(&again, &Transition::Succeeded(stats()), T2, 1);
+        assert_eq!(status_of(&recovered, STALLED), "False");
+        assert_eq!(status_of(&recovered, READY), "True");
+    }
+
+    #[test]
+    fn kstatus_leaves_upstreams_conditions_and_others_as_they_are() {
+        let custom = json!({"type": "Custom", "status": "True", "extra": 1});
+        let upstream = next(std::slice::from_ref(&custom), &Transition::Succeeded(stats()), T0, Some(1));
+        let with = kstatus(&upstream, &Transition::Succeeded(stats()), T0, Some(1));
+        assert_eq!(with[..upstream.len()], upstream[..]);
+        assert_eq!(types(&with[upstream.len()..]), ["Ready", "Reconciling", "Stalled"]);
     }
 
     #[test]

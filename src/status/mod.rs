@@ -50,15 +50,49 @@ pub enum Error {
     },
 }
 
-/// Applies a transition to the CR's conditions. Returns the CR as written (the freshest copy), or
-/// `None` when the CR no longer exists.
+/// Which conditions a status write keeps: upstream's always, the kstatus trio with
+/// `readyConditions` (see [`conditions::kstatus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conditions {
+    /// `Running`, `Successful`, `Failure`, exactly as upstream.
+    Upstream,
+    /// Upstream's, plus `Ready`, `Reconciling` and `Stalled`.
+    WithKstatus,
+}
+
+impl Conditions {
+    /// The conditions of a watch whose `readyConditions` (or the flag) is `ready`.
+    pub fn with_ready(ready: bool) -> Self {
+        if ready { Conditions::WithKstatus } else { Conditions::Upstream }
+    }
+
+    /// The next list after `transition`.
+    fn next(
+        self,
+        current: &[Value],
+        transition: &Transition,
+        now: &str,
+        generation: Option<i64>,
+    ) -> Vec<Value> {
+        let upstream = conditions::next(current, transition, now, generation);
+        match self {
+            Conditions::Upstream => upstream,
+            Conditions::WithKstatus => conditions::kstatus(&upstream, transition, now, generation),
+        }
+    }
+}
+
+/// Applies a transition to the CR's conditions (with the kstatus ones in the same write when
+/// `kinds` says so). Returns the CR as written (the freshest copy), or `None` when the CR no
+/// longer exists.
 pub async fn write(
     api: &Api<DynamicObject>,
     name: &str,
+    kinds: Conditions,
     transition: &Transition,
     generation: Option<i64>,
 ) -> Result<Option<DynamicObject>, Error> {
-    write_with_hosts(api, name, transition, generation, None).await
+    write_with_hosts(api, name, kinds, transition, generation, None).await
 }
 
 /// [`write`], also replacing `status.hosts` (per-host results of a run over an inventory) when
@@ -66,6 +100,7 @@ pub async fn write(
 pub async fn write_with_hosts(
     api: &Api<DynamicObject>,
     name: &str,
+    kinds: Conditions,
     transition: &Transition,
     generation: Option<i64>,
     hosts: Option<&Map<String, Value>>,
@@ -79,7 +114,7 @@ pub async fn write_with_hosts(
             }
         };
         let existing = current.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
-        let next = conditions::next(&existing, transition, &now(), generation);
+        let next = kinds.next(&existing, transition, &now(), generation);
         let hosts_patch = hosts.and_then(|hosts| hosts_patch(&current.data["status"]["hosts"], hosts));
         if next == existing && hosts_patch.is_none() {
             return Ok(Some(current));

@@ -214,7 +214,7 @@ fn wrong_value(field: &'static str) -> impl Strategy<Value = Value> {
     wrong.prop_filter("not the value the field takes", |value| !value.is_null())
 }
 
-const TYPED_FIELDS: [&str; 19] = [
+const TYPED_FIELDS: [&str; 20] = [
     "group",
     "version",
     "kind",
@@ -234,6 +234,7 @@ const TYPED_FIELDS: [&str; 19] = [
     "runHistoryLimit",
     "trustCRTemplates",
     "trustCRVariables",
+    "readyConditions",
 ];
 
 #[test]

@@ -155,6 +155,16 @@ fn quoted_string_in_a_bool_field_is_an_error_naming_field_and_value() {
 }
 
 #[test]
+fn ready_conditions_that_is_not_a_boolean_is_an_error_naming_the_field_and_value() {
+    let (_dir, env) = project();
+    let message = parse_err(&memcached("  role: memcached\n  readyConditions: \"on\"\n"), &env);
+    assert_eq!(
+        message,
+        "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"readyConditions\": expected a boolean, found \"on\""
+    );
+}
+
+#[test]
 fn null_fields_count_as_absent() {
     let (_dir, env) = project();
     let watch = one(&memcached("  role: memcached\n  playbook:\n  manageStatus: ~\n  vars:\n"), &env);
@@ -299,7 +309,7 @@ fn extension_keys_are_read_without_warnings() {
     let (dir, env) = project();
     let loaded = parse_ok(
         &memcached(
-            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n  trustCRVariables: true\n  runTimeout: 15m\n",
+            "  role: memcached\n  inventory: |\n    all:\n      hosts: {{ spec.hosts }}\n  SSHKeySecret: '{{ spec.keySecret }}'\n  hostKeyChecking: accept-new\n  precheck: {playbook: playbook.yml}\n  executor: cold\n  runHistoryLimit: 3\n  trustCRTemplates: true\n  trustCRVariables: true\n  runTimeout: 15m\n  readyConditions: true\n",
         ),
         &env,
     );
@@ -314,6 +324,7 @@ fn extension_keys_are_read_without_warnings() {
     assert_eq!(extensions.trust_cr_templates, Some(true));
     assert_eq!(extensions.trust_cr_variables, Some(true));
     assert_eq!(extensions.run_timeout, Some(Duration::from_secs(900)));
+    assert_eq!(extensions.ready_conditions, Some(true));
     assert!(extensions.uses_ssh());
 }
 

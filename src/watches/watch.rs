@@ -63,9 +63,17 @@ pub struct Extensions {
     /// `runTimeout`: longest one run of this kind may take (`Some(ZERO)`: no limit); `None`
     /// follows `--ansible-run-timeout`.
     pub run_timeout: Option<Duration>,
+    /// `readyConditions`: the kstatus conditions `Ready`, `Reconciling` and `Stalled` are written
+    /// beside upstream's; `None` follows `--ready-conditions`.
+    pub ready_conditions: Option<bool>,
 }
 
 impl Extensions {
+    /// Whether this kind's status carries the kstatus conditions, given the `--ready-conditions` flag.
+    pub fn ready_conditions(&self, flag: bool) -> bool {
+        self.ready_conditions.unwrap_or(flag)
+    }
+
     /// The run timeout of this kind given the `--ansible-run-timeout` flag; `None`: no limit.
     pub fn run_timeout(&self, flag: Duration) -> Option<Duration> {
         Some(self.run_timeout.unwrap_or(flag)).filter(|timeout| !timeout.is_zero())
