@@ -261,7 +261,7 @@ fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable) {
 
 /// A deleted CR's runner directory goes with it (upstream leaves them behind, AOP #47).
 fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
-    let dir = reconcile::runner_dir(&ctx.settings, &ctx.watch, object);
+    let dir = reconcile::runner_dir(&ctx.settings.runner_dir, &ctx.watch, object);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runner directory of a deleted CR"),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
