@@ -13,6 +13,7 @@ mod conclude;
 mod context;
 mod cr;
 pub mod decide;
+pub mod inputs;
 mod journal;
 mod judge;
 mod pace;
@@ -45,7 +46,7 @@ pub use pace::Pacer;
 use plan::{Flags, Step};
 use schedule::{Startup, StartupResync};
 use spec::new_ident;
-pub use spec::{runner_dir, trusts_cr_variables, unsafe_strings};
+pub use spec::{Inputs, runner_dir, trusts_cr_variables, unsafe_strings};
 
 /// Reconciles one CR. Called by the controller, at most once at a time per CR.
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
