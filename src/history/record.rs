@@ -93,7 +93,9 @@ pub struct RunInput {
 pub enum NoInput {
     /// The record was written before records kept inputs, or by a run that did not reach its main
     /// target (a failed precheck, a refusal).
-    #[error("the run record {0} holds no inputs (its run did not start its playbook, or it was recorded before records kept them)")]
+    #[error(
+        "the run record {0} holds no inputs (its run did not start its playbook, or it was recorded before records kept them)"
+    )]
     Missing(String),
     /// The CR was too large to keep.
     #[error("the run record {record} holds no inputs: {reason}")]
@@ -110,7 +112,8 @@ impl RunInput {
     /// kept without its `managedFields` (they reach the playbook, so its replay differs there),
     /// and not at all when still too large.
     fn manifest(&self) -> Value {
-        let fits = |object: &Value| serde_json::to_vec(object).map_or(usize::MAX, |b| b.len()) <= MAX_INPUT_BYTES;
+        let fits =
+            |object: &Value| serde_json::to_vec(object).map_or(usize::MAX, |b| b.len()) <= MAX_INPUT_BYTES;
         let mut object = self.object.clone();
         if !fits(&object)
             && let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
@@ -395,7 +398,8 @@ pub(crate) mod tests {
     fn a_record_keeps_the_cr_its_run_saw_and_gives_it_back() {
         let object = json!({"metadata": {"name": "cache", "managedFields": [{"manager": "kubectl"}]},
                             "spec": {"size": 3}});
-        let with_input = RunRecord { input: Some(RunInput { object: object.clone(), finalizing: true }), ..record() };
+        let with_input =
+            RunRecord { input: Some(RunInput { object: object.clone(), finalizing: true }), ..record() };
         let manifest = with_input.manifest();
         let input = RunInput::of_record(&manifest).expect("an input");
         assert_eq!(input, RunInput { object, finalizing: true });
@@ -409,12 +413,14 @@ pub(crate) mod tests {
     #[test]
     fn a_cr_too_large_loses_its_managed_fields_then_is_not_kept() {
         let big = "x".repeat(MAX_INPUT_BYTES);
-        let object = json!({"metadata": {"name": "c", "managedFields": [{"manager": big}]}, "spec": {"a": 1}});
+        let object =
+            json!({"metadata": {"name": "c", "managedFields": [{"manager": big}]}, "spec": {"a": 1}});
         let kept = RunInput { object, finalizing: false }.manifest();
         assert!(kept["object"]["metadata"].get("managedFields").is_none());
         assert_eq!(kept["object"]["spec"]["a"], 1);
         let object = json!({"metadata": {"name": "c"}, "spec": {"a": big}});
-        let omitted = RunRecord { input: Some(RunInput { object, finalizing: false }), ..record() }.manifest();
+        let omitted =
+            RunRecord { input: Some(RunInput { object, finalizing: false }), ..record() }.manifest();
         assert_eq!(
             RunInput::of_record(&omitted).unwrap_err().to_string(),
             "the run record cache-123 holds no inputs: the CR is larger than 256 KiB"

@@ -89,7 +89,8 @@ pub fn write(
             "the run read its SSH key from Secret {namespace}/{secret}, which is not copied here: put the key at {key} (mode 0600), e.g. kubectl -n {namespace} get secret {secret} -o jsonpath='{{.data.ssh-privatekey}}' | base64 -d > {key}",
             key = key_path(dir).display(),
         );
-        runner::fs::write_private(&dir.join(SSH_KEY_PLACEHOLDER), format!("{note}\n")).map_err(write_error)?;
+        runner::fs::write_private(&dir.join(SSH_KEY_PLACEHOLDER), format!("{note}\n"))
+            .map_err(write_error)?;
         notes.push(note);
     }
     let command = command(&spec);
@@ -105,8 +106,8 @@ pub fn command(spec: &RunSpec) -> Vec<String> {
 /// A command line a shell reads back as `argv`.
 pub fn shell_line(argv: &[String]) -> String {
     let quote = |arg: &String| {
-        let plain = !arg.is_empty()
-            && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+        let plain =
+            !arg.is_empty() && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
         if plain { arg.clone() } else { format!("'{}'", arg.replace('\'', r"'\''")) }
     };
     argv.iter().map(quote).collect::<Vec<_>>().join(" ")
@@ -203,7 +204,8 @@ mod tests {
         let placeholder = std::fs::read_to_string(dir.join(SSH_KEY_PLACEHOLDER)).unwrap();
         assert!(placeholder.contains("Secret ns/keys"), "{placeholder}");
         assert!(written.notes.iter().any(|n| n.contains("kubectl -n ns get secret keys")));
-        let env: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("env/envvars")).unwrap()).unwrap();
+        let env: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("env/envvars")).unwrap()).unwrap();
         assert!(env["ANSIBLE_SSH_ARGS"].as_str().unwrap().contains("StrictHostKeyChecking"));
         assert_eq!(env["ANSIBLE_INVENTORY_UNPARSED_FAILED"], "True");
         assert!(files(&dir).unwrap().contains_key("inventory/hosts.yml"));

@@ -47,15 +47,8 @@ pub async fn run(
     let inventory_hosts =
         remote.as_ref().and_then(|r| r.inventory.as_ref()).map(|(_, hosts)| hosts.as_slice());
     if let (false, Some(precheck)) = (finalizing, &ctx.watch.extensions.precheck) {
-        let mut spec = run_spec(
-            &ctx.watch,
-            &inputs,
-            current,
-            &object_json,
-            finalizing,
-            new_ident(),
-            remote.as_ref(),
-        );
+        let mut spec =
+            run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, new_ident(), remote.as_ref());
         spec.target = precheck.clone();
         let report = run_ansible(ctx, current, spec, journal)
             .await
