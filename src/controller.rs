@@ -100,7 +100,14 @@ impl WatchController {
 
     /// The kind, as the API serves it.
     pub fn kind(&self) -> crate::api::Kind {
-        crate::api::Kind { resource: self.ctx.resource.clone(), namespaced: self.ctx.namespaced }
+        crate::api::Kind {
+            resource: self.ctx.resource.clone(),
+            namespaced: self.ctx.namespaced,
+            composer: Arc::new(reconcile::inputs::Composer {
+                watch: self.ctx.watch.clone(),
+                inputs: self.ctx.settings.inputs(),
+            }),
+        }
     }
 
     /// The kind as the sharder assigns it: its resource, scopes and the watch's own selector.

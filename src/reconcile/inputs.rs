@@ -18,6 +18,15 @@ use crate::watches::Watch;
 /// The file that stands in for the SSH key the run read from a Secret.
 pub const SSH_KEY_PLACEHOLDER: &str = "env/ssh_key.placeholder";
 
+/// What composes a kind's runs: its watch entry and the process-wide settings.
+#[derive(Debug, Clone)]
+pub struct Composer {
+    /// The watch entry.
+    pub watch: Watch,
+    /// The settings the operator composes its runs with.
+    pub inputs: Inputs,
+}
+
 /// Why the inputs could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

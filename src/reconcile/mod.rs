@@ -45,7 +45,7 @@ use judge::Verdict;
 pub use pace::Pacer;
 use plan::{Flags, Step};
 use schedule::{Startup, StartupResync};
-use spec::new_ident;
+pub use spec::new_ident;
 pub use spec::{Inputs, runner_dir, trusts_cr_variables, unsafe_strings};
 
 /// Reconciles one CR. Called by the controller, at most once at a time per CR.
