@@ -28,8 +28,71 @@ pub enum Command {
     // A flag given twice takes its last value, as upstream's (pflag) does.
     #[command(args_override_self = true)]
     Run(Box<RunArgs>),
+    /// Write the input directory of a CR's run (extra vars, inventory, command line, environment
+    /// without secrets) and print how to run it with ansible-runner; `--execute` runs it once.
+    Replay(Box<ReplayArgs>),
     /// Print the version.
     Version,
+}
+
+/// Flags of `ansible-operator replay`. Those that shape a run are the operator's own, with its
+/// environment variables, so a replay in the operator's environment composes the same run.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The CR: `NAMESPACE/NAME`, or `NAME` when its kind is cluster-scoped.
+    pub cr: String,
+
+    /// The watch entry's kind, when the watches file has more than one.
+    #[arg(long)]
+    pub kind: Option<String>,
+
+    /// The watch entry's group, when kinds alone do not pick one.
+    #[arg(long)]
+    pub group: Option<String>,
+
+    /// The watch entry's version, when kind and group do not pick one.
+    #[arg(long)]
+    pub version: Option<String>,
+
+    /// Replay this recorded run (its `AnsibleRun` name, or its ident) with the CR as that run saw
+    /// it. Default: the CR as it is now.
+    #[arg(long)]
+    pub run: Option<String>,
+
+    /// Path to the watches file.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
+    pub watches_file: std::path::PathBuf,
+
+    /// Where to write the input directory (default: `./replay-<name>`). Replaced if it exists.
+    #[arg(long)]
+    pub output: Option<std::path::PathBuf>,
+
+    /// Run it once with ansible-runner, with your kubeconfig, printing the play as ansible-playbook
+    /// does; exits with ansible-runner's code.
+    #[arg(long)]
+    pub execute: bool,
+
+    /// Default Ansible verbosity (0-7), as `run`'s.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_VERBOSITY", default_value_t = 2,
+          value_parser = clap::value_parser!(u8).range(0..=7))]
+    pub ansible_verbosity: u8,
+
+    /// Ansible roles path, as `run`'s.
+    #[arg(long, env = "ANSIBLE_ROLES_PATH")]
+    pub ansible_roles_path: Option<String>,
+
+    /// Ansible collections path, as `run`'s.
+    #[arg(long, env = "ANSIBLE_COLLECTIONS_PATH")]
+    pub ansible_collections_path: Option<String>,
+
+    /// Extra arguments for ansible-playbook, as `run`'s.
+    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_ARGS", default_value = "")]
+    pub ansible_args: String,
+
+    /// Evaluate Jinja templates in CR strings, as `run`'s.
+    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub trust_cr_templates: bool,
 }
 
 /// Flags of `ansible-operator run`.
@@ -274,7 +337,7 @@ mod tests {
         argv.extend_from_slice(args);
         match Cli::try_parse_from(argv).expect("flags parse").command {
             Command::Run(run) => *run,
-            Command::Version => panic!("expected run"),
+            _ => panic!("expected run"),
         }
     }
 

@@ -102,7 +102,14 @@ impl WatchController {
 
     /// The kind, as the API serves it.
     pub fn kind(&self) -> crate::api::Kind {
-        crate::api::Kind { resource: self.ctx.resource.clone(), namespaced: self.ctx.namespaced }
+        crate::api::Kind {
+            resource: self.ctx.resource.clone(),
+            namespaced: self.ctx.namespaced,
+            composer: Arc::new(reconcile::inputs::Composer {
+                watch: self.ctx.watch.clone(),
+                inputs: self.ctx.settings.inputs(),
+            }),
+        }
     }
 
     /// The kind as the sharder assigns it: its resource, scopes and the watch's own selector.
@@ -263,7 +270,7 @@ fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable) {
 
 /// A deleted CR's runner directory goes with it (upstream leaves them behind, AOP #47).
 fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
-    let dir = reconcile::runner_dir(&ctx.settings, &ctx.watch, object);
+    let dir = reconcile::runner_dir(&ctx.settings.runner_dir, &ctx.watch, object);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runner directory of a deleted CR"),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}

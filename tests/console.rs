@@ -169,6 +169,15 @@ async fn sign_in_open_a_cr_read_its_runs_reconcile_it_now_pause_and_resume_it() 
     assert!(conditions.iter().any(|c| c.starts_with("Successful")), "{conditions:?}");
     screenshot(&browser, "03-cr.png").await;
 
+    // Download inputs: the recorded run's input files, to replay it with ansible-runner.
+    browser.find(Locator::Css("#download-inputs")).await.unwrap().click().await.unwrap();
+    let saved = wait_texts(&browser, "#inputs-state", "the downloaded inputs", |t| {
+        t.iter().any(|t| t.starts_with("Saved") || t.starts_with("Could not"))
+    })
+    .await;
+    assert!(saved[0].contains("env/extravars") && saved[0].contains("ansible-runner run "), "{saved:?}");
+    screenshot(&browser, "03-inputs.png").await;
+
     // Reconcile now: the new run appears, says who asked, and ends.
     browser.find(Locator::Css("#reconcile")).await.unwrap().click().await.unwrap();
     let notice =

@@ -6,6 +6,7 @@
 
 mod console;
 mod handlers;
+mod inputs;
 mod log;
 mod views;
 
@@ -36,6 +37,8 @@ pub struct Kind {
     pub resource: ApiResource,
     /// Whether it is namespaced.
     pub namespaced: bool,
+    /// What composes its runs (for a run's inputs).
+    pub composer: Arc<crate::reconcile::inputs::Composer>,
 }
 
 /// What the API reads from and writes to.
@@ -81,6 +84,12 @@ pub enum Error {
     /// The run history could not be read.
     #[error(transparent)]
     History(#[from] crate::history::Error),
+    /// The run's record holds no inputs.
+    #[error(transparent)]
+    NoInputs(#[from] crate::history::record::NoInput),
+    /// The run's inputs could not be composed.
+    #[error("compose the run's inputs")]
+    Inputs(#[source] crate::reconcile::inputs::Error),
 }
 
 impl IntoResponse for Error {
@@ -88,12 +97,13 @@ impl IntoResponse for Error {
         let status = match &self {
             Error::Access(access::Error::Unauthenticated(_)) => StatusCode::UNAUTHORIZED,
             Error::Access(access::Error::Forbidden { .. }) => StatusCode::FORBIDDEN,
-            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::NotFound(_) | Error::NoInputs(_) => StatusCode::NOT_FOUND,
+            Error::Inputs(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Access(access::Error::Review { .. }) | Error::Api { .. } | Error::History(_) => {
                 StatusCode::BAD_GATEWAY
             }
         };
-        if status == StatusCode::BAD_GATEWAY {
+        if status == StatusCode::BAD_GATEWAY || status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::warn!(error = %crate::logging::error_chain(&self), "API request failed");
         }
         let reason = status.canonical_reason().unwrap_or_default();
@@ -118,6 +128,7 @@ fn router(state: Arc<State>) -> Router {
         .route(cr, get(handlers::cr))
         .route(&format!("{cr}/runs/{{run}}"), get(handlers::run))
         .route(&format!("{cr}/runs/{{run}}/log"), get(log::log))
+        .route(&format!("{cr}/runs/{{run}}/inputs"), get(inputs::inputs))
         .route(&format!("{cr}/reconcile"), post(handlers::reconcile))
         .route(&format!("{cr}/pause"), post(handlers::pause))
         .route(&format!("{cr}/resume"), post(handlers::resume))

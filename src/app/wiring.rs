@@ -164,12 +164,18 @@ pub(super) async fn controllers(
 /// The environment watches are loaded with, with `--ansible-roles-path` and
 /// `--ansible-collections-path` applied, and the same two for playbooks.
 fn environment(args: &RunArgs) -> anyhow::Result<(Environment, Vec<(String, String)>)> {
+    paths_environment(&args.ansible_roles_path, &args.ansible_collections_path)
+}
+
+/// [`environment`] from the two paths (`run`'s and `replay`'s flags).
+pub(super) fn paths_environment(
+    roles_path: &Option<String>,
+    collections_path: &Option<String>,
+) -> anyhow::Result<(Environment, Vec<(String, String)>)> {
     let mut env = Environment::from_process().context("read the working directory")?;
     let mut playbook_env = Vec::new();
-    for (name, value) in [
-        ("ANSIBLE_ROLES_PATH", &args.ansible_roles_path),
-        ("ANSIBLE_COLLECTIONS_PATH", &args.ansible_collections_path),
-    ] {
+    for (name, value) in [("ANSIBLE_ROLES_PATH", roles_path), ("ANSIBLE_COLLECTIONS_PATH", collections_path)]
+    {
         if let Some(value) = value {
             env = env.with_var(name, value.clone());
             playbook_env.push((name.to_string(), value.clone()));
@@ -346,12 +352,6 @@ struct Shared {
 /// Process-wide reconcile settings from the flags and the environment (upstream §2.2).
 fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
     let var = |name: &str| env.var(name).filter(|v| !v.is_empty());
-    let inventory = match var("ANSIBLE_INVENTORY") {
-        Some(path) => Inventory::Copy(PathBuf::from(path)),
-        None => Inventory::Localhost {
-            python: var("VIRTUAL_ENV").map(|venv| PathBuf::from(venv).join("bin/python3")),
-        },
-    };
     Settings {
         reconcile_period: args.reconcile_period,
         run_timeout: args.ansible_run_timeout,
@@ -367,8 +367,8 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         },
         runner_dir: args.runner_dir.clone(),
         ansible_args: args.ansible_args.clone(),
-        inventory,
-        role_skip_facts: var("ANSIBLE_GATHERING") == Some("explicit"),
+        inventory: inventory(env),
+        role_skip_facts: role_skip_facts(env),
         playbook_env: shared.playbook_env,
         budget: Budget::new(args.max_concurrent_runs),
         startup_resync: args.startup_resync,
@@ -384,6 +384,22 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         run_history_limit: args.run_history_limit,
         sharding: shared.membership,
     }
+}
+
+/// The inventory of every run: `ANSIBLE_INVENTORY`'s, else localhost with the virtualenv's Python.
+pub(super) fn inventory(env: &Environment) -> Inventory {
+    let var = |name: &str| env.var(name).filter(|v| !v.is_empty());
+    match var("ANSIBLE_INVENTORY") {
+        Some(path) => Inventory::Copy(PathBuf::from(path)),
+        None => Inventory::Localhost {
+            python: var("VIRTUAL_ENV").map(|venv| PathBuf::from(venv).join("bin/python3")),
+        },
+    }
+}
+
+/// `ANSIBLE_GATHERING=explicit`: role runs skip facts.
+pub(super) fn role_skip_facts(env: &Environment) -> bool {
+    env.var("ANSIBLE_GATHERING") == Some("explicit")
 }
 
 /// The operator's own client, whose writes carry the user agent (and so the field manager)

@@ -205,13 +205,25 @@ impl History {
             Some(()) => {}
             None => {
                 let params = kube::api::PatchParams::apply(kubeapi::FIELD_MANAGER).force();
-                with_timeout(self.api(namespace).patch(
-                    &record.object_name(),
-                    &params,
-                    &Patch::Apply(&manifest),
-                ))
-                .await
-                .map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
+                let api = self.api(namespace);
+                let name = record.object_name();
+                let written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
+                let written = match written {
+                    // An AnsibleRun CRD from before records kept their inputs: the record without them.
+                    Err(error) if error.to_string().contains(".spec.input: field not declared") => {
+                        tracing::warn!(
+                            install = availability::INSTALL,
+                            "the AnsibleRun CRD predates spec.input: run records are kept without their inputs (replay --run needs them); update the CRD"
+                        );
+                        let mut manifest = manifest;
+                        if let Some(spec) = manifest["spec"].as_object_mut() {
+                            spec.remove("input");
+                        }
+                        with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await
+                    }
+                    written => written,
+                };
+                written.map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
                 self.prune(&record.owner.uid, namespace, limit).await?;
             }
         }

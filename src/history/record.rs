@@ -1,7 +1,9 @@
 //! The record of one run, and the `AnsibleRun` object that stores it: which CR, why, on which
-//! executor, when, how it ended, its tasks and the objects it wrote. Never extra vars, task
-//! arguments or results: they may hold secrets. Failure messages are kept as Ansible reports them
-//! (`no_log` already hides what it must).
+//! executor, when, how it ended, its tasks and the objects it wrote, and the CR as the run saw it
+//! (what `ansible-operator replay --run` rebuilds the run's inputs from; a CR is no Secret, and
+//! whoever may read the record's CR may read it). Never extra vars, task arguments or results:
+//! they may hold secrets. Failure messages are kept as Ansible reports them (`no_log` already
+//! hides what it must).
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -73,6 +75,71 @@ pub struct OwnerRef {
     pub generation: Option<i64>,
 }
 
+/// Largest CR a record keeps (serialised JSON): a record stays far below etcd's 1.5 MiB object
+/// limit, with its tasks beside it.
+pub const MAX_INPUT_BYTES: usize = 256 * 1024;
+
+/// What a run's inputs are rebuilt from: the CR as the run saw it, and whether it finalized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInput {
+    /// The CR, as serialised for the run's extra vars.
+    pub object: Value,
+    /// The run was the finalizer's.
+    pub finalizing: bool,
+}
+
+/// Why a record holds no input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoInput {
+    /// The record was written before records kept inputs, or by a run that did not reach its main
+    /// target (a failed precheck, a refusal).
+    #[error(
+        "the run record {0} holds no inputs (its run did not start its playbook, or it was recorded before records kept them)"
+    )]
+    Missing(String),
+    /// The CR was too large to keep.
+    #[error("the run record {record} holds no inputs: {reason}")]
+    Omitted {
+        /// The record's name.
+        record: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl RunInput {
+    /// The record's `spec.input`, or why there is none. The CR is kept without its `managedFields`
+    /// (bookkeeping of the API server that playbooks do not read, and most of a small CR's bytes,
+    /// times every record kept), and not at all when larger than [`MAX_INPUT_BYTES`].
+    fn manifest(&self) -> Value {
+        let mut object = self.object.clone();
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            metadata.remove("managedFields");
+        }
+        let fits = serde_json::to_vec(&object).map_or(usize::MAX, |b| b.len()) <= MAX_INPUT_BYTES;
+        match fits {
+            true => json!({"object": object, "finalizing": self.finalizing}),
+            false => json!({"omitted": format!("the CR is larger than {} KiB", MAX_INPUT_BYTES / 1024)}),
+        }
+    }
+
+    /// The input an `AnsibleRun` object holds.
+    pub fn of_record(record: &Value) -> Result<RunInput, NoInput> {
+        let name = record["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let input = &record["spec"]["input"];
+        if let Some(reason) = input["omitted"].as_str() {
+            return Err(NoInput::Omitted { record: name, reason: reason.to_string() });
+        }
+        match &input["object"] {
+            Value::Object(_) => Ok(RunInput {
+                object: input["object"].clone(),
+                finalizing: input["finalizing"].as_bool().unwrap_or(false),
+            }),
+            _ => Err(NoInput::Missing(name)),
+        }
+    }
+}
+
 /// The first failed task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FailedTask {
@@ -115,6 +182,8 @@ pub struct RunRecord {
     pub objects: Vec<Touched>,
     /// The run's output, while its artifacts exist.
     pub log: Option<String>,
+    /// The CR as the main run saw it; `None` when no main run started.
+    pub input: Option<RunInput>,
     /// With `--sharding`: the shard (replica) that ran it.
     pub shard: Option<String>,
 }
@@ -200,6 +269,9 @@ impl RunRecord {
         if let Some(shard) = &self.shard {
             spec["shard"] = json!(shard);
         }
+        if let Some(input) = &self.input {
+            spec["input"] = input.manifest();
+        }
         let mut metadata = json!({
             "name": self.object_name(),
             "labels": self.labels(),
@@ -272,6 +344,7 @@ pub(crate) mod tests {
                 name: "c".into(),
             }],
             log: Some("/r/artifacts/123/stdout".into()),
+            input: None,
             shard: None,
         }
     }
@@ -315,6 +388,35 @@ pub(crate) mod tests {
         assert!(long.labels().get(OWNER_NAME).is_none());
         assert!(
             is_label_value("memcached-sample") && !is_label_value("-x") && !is_label_value(&"a".repeat(64))
+        );
+    }
+
+    #[test]
+    fn a_record_keeps_the_cr_its_run_saw_without_managed_fields_and_gives_it_back() {
+        let object = json!({"metadata": {"name": "cache", "managedFields": [{"manager": "kubectl"}]},
+                            "spec": {"size": 3}});
+        let with_input =
+            RunRecord { input: Some(RunInput { object: object.clone(), finalizing: true }), ..record() };
+        let manifest = with_input.manifest();
+        let input = RunInput::of_record(&manifest).expect("an input");
+        let kept = json!({"metadata": {"name": "cache"}, "spec": {"size": 3}});
+        assert_eq!(input, RunInput { object: kept, finalizing: true }, "all but its managedFields");
+        assert_eq!(
+            RunInput::of_record(&record().manifest()),
+            Err(NoInput::Missing("cache-123".into())),
+            "a record without one says so"
+        );
+    }
+
+    #[test]
+    fn a_cr_too_large_is_not_kept() {
+        let big = "x".repeat(MAX_INPUT_BYTES);
+        let object = json!({"metadata": {"name": "c"}, "spec": {"a": big}});
+        let omitted =
+            RunRecord { input: Some(RunInput { object, finalizing: false }), ..record() }.manifest();
+        assert_eq!(
+            RunInput::of_record(&omitted).unwrap_err().to_string(),
+            "the run record cache-123 holds no inputs: the CR is larger than 256 KiB"
         );
     }
 }

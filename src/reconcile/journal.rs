@@ -11,7 +11,7 @@ use super::annotations;
 use super::context::{Context, Error, Next};
 use crate::executor_mode::Executor;
 use crate::history::ledger::CrKey;
-use crate::history::record::{FailedTask, OwnerRef, RunRecord, RunResult, Touched};
+use crate::history::record::{FailedTask, OwnerRef, RunInput, RunRecord, RunResult, Touched};
 use crate::history::trigger::{self, Facts, Scheduled, Trigger};
 use crate::history::{History, Latest};
 use crate::logging::error_chain;
@@ -39,6 +39,8 @@ pub struct Journal {
     pub writes: Vec<Touched>,
     /// The main run's output file.
     pub log: Option<String>,
+    /// The CR as the main run saw it, to replay the run.
+    pub input: Option<RunInput>,
 }
 
 /// The CR as the ledger keys it.
@@ -207,6 +209,7 @@ fn record(
         tasks_omitted: outcome.map_or(0, |o| o.tasks_omitted),
         objects: journal.writes.clone(),
         log: journal.log.clone(),
+        input: journal.input.clone(),
         shard: ctx.settings.sharding.as_ref().map(|membership| membership.shard.clone()),
     }
 }

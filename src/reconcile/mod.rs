@@ -14,6 +14,7 @@ mod conclude;
 mod context;
 mod cr;
 pub mod decide;
+pub mod inputs;
 mod journal;
 mod judge;
 mod pace;
@@ -49,9 +50,9 @@ pub use pace::Pacer;
 pub use paused_crs::PausedCrs;
 use plan::{Flags, Step};
 use schedule::{Startup, StartupResync};
-pub use series::cr_ref;
-use spec::new_ident;
-pub use spec::{runner_dir, trusts_cr_variables, unsafe_strings};
+use series::cr_ref;
+pub use spec::new_ident;
+pub use spec::{Inputs, runner_dir, trusts_cr_variables, unsafe_strings};
 
 /// Reconciles one CR. Called by the controller, at most once at a time per CR.
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -201,7 +202,7 @@ async fn reconcile_inner(
         name: &name,
         key,
         generation: current.metadata.generation,
-        cr: series::cr_ref(ctx, current),
+        cr: cr_ref(ctx, current),
     };
 
     let plan = match plan::plan(&current, &ctx.watch, Flags::of(&ctx.settings)) {

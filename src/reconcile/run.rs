@@ -11,6 +11,7 @@ use super::context::Context;
 use super::journal::Journal;
 use super::judge::{self, Failure};
 use super::spec::{new_ident, run_spec};
+use crate::history::record::RunInput;
 use crate::proxy::Proxy;
 use crate::proxy::credentials::{Grant, Issued};
 use crate::proxy::owner::Owner;
@@ -42,10 +43,12 @@ pub async fn run(
     let remote = remote::prepare(&ctx.client, &ctx.watch.extensions, &object_json, namespace.as_deref())
         .await
         .map_err(|source| Failure::remote(key, source))?;
+    let inputs = ctx.settings.inputs();
     let inventory_hosts =
         remote.as_ref().and_then(|r| r.inventory.as_ref()).map(|(_, hosts)| hosts.as_slice());
     if let (false, Some(precheck)) = (finalizing, &ctx.watch.extensions.precheck) {
-        let mut spec = run_spec(ctx, current, &object_json, finalizing, new_ident(), remote.as_ref());
+        let mut spec =
+            run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, new_ident(), remote.as_ref());
         spec.target = precheck.clone();
         let report = run_ansible(ctx, current, spec, journal)
             .await
@@ -55,7 +58,8 @@ pub async fn run(
             return Err(failure);
         }
     }
-    let spec = run_spec(ctx, current, &object_json, finalizing, ident, remote.as_ref());
+    let spec = run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, ident, remote.as_ref());
+    journal.input = Some(RunInput { object: object_json, finalizing });
     journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
     let report = run_ansible(ctx, current, spec, journal)
         .await

@@ -1,14 +1,15 @@
 //! What a run is given: its `RunSpec` (target, vars, environment, verbosity, inventory, timeout)
 //! from the watch, the settings and the CR, and the directory it runs in.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
 use super::annotations::{self, Bounded};
-use super::context::{Context, Settings};
+use super::context::Settings;
 use crate::remote::Remote;
 use crate::runner::{Inventory, RunSpec};
 use crate::vars::{self, VarsInput};
@@ -17,18 +18,54 @@ use crate::watches::Watch;
 /// The zap logger of these lines: `reconcile`, as before they moved into this file.
 const TARGET: &str = "ansible_operator::reconcile";
 
+/// What a run's inputs are composed from besides the watch and the CR: the process-wide flags and
+/// environment. The operator takes them from its [`Settings`]; `ansible-operator replay` from its
+/// own flags, so that both compose a run with [`run_spec`] alone.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// Where the per-CR data directories live.
+    pub runner_dir: PathBuf,
+    /// `--ansible-args`.
+    pub ansible_args: String,
+    /// Inventory for every run.
+    pub inventory: Inventory,
+    /// `ANSIBLE_GATHERING=explicit`: skip facts in role mode.
+    pub role_skip_facts: bool,
+    /// Further environment for playbooks (`--ansible-roles-path`, `--ansible-collections-path`).
+    pub playbook_env: Vec<(String, String)>,
+    /// `--trust-cr-templates`.
+    pub trust_cr_templates: bool,
+    /// `--ansible-run-timeout`.
+    pub run_timeout: Duration,
+}
+
+impl Settings {
+    /// The settings a run's inputs are composed from.
+    pub fn inputs(&self) -> Inputs {
+        Inputs {
+            runner_dir: self.runner_dir.clone(),
+            ansible_args: self.ansible_args.clone(),
+            inventory: self.inventory.clone(),
+            role_skip_facts: self.role_skip_facts,
+            playbook_env: self.playbook_env.clone(),
+            trust_cr_templates: self.trust_cr_templates,
+            run_timeout: self.run_timeout,
+        }
+    }
+}
+
 /// The spec of a run of `object` (`object_json` is its JSON): the finalizer's target when
-/// `finalizing`, else the watch's.
+/// `finalizing`, else the watch's. The one place a run's inputs are composed: the operator's runs
+/// and `ansible-operator replay` both come here.
 pub fn run_spec(
-    ctx: &Context,
+    watch: &Watch,
+    settings: &Inputs,
     object: &DynamicObject,
     object_json: &Value,
     finalizing: bool,
     ident: String,
     remote: Option<&Remote>,
 ) -> RunSpec {
-    let watch = &ctx.watch;
-    let settings = &ctx.settings;
     let finalizer = watch.finalizer.as_ref().filter(|_| finalizing);
     let target = finalizer.and_then(|f| f.target.clone()).unwrap_or_else(|| watch.target.clone());
     if !object_json["spec"].is_object() {
@@ -43,7 +80,7 @@ pub fn run_spec(
         .collect();
     let annotations = object.annotations();
     RunSpec {
-        dir: runner_dir(settings, watch, object),
+        dir: runner_dir(&settings.runner_dir, watch, object),
         target,
         extra_vars,
         env_vars,
@@ -125,9 +162,9 @@ pub fn unsafe_strings(watch: &Watch, trust_by_default: bool) -> vars::UnsafeStri
 
 /// `<runner dir>/<group>/<version>/<kind>/<namespace>/<name>`, as upstream (no namespace segment
 /// for cluster-scoped CRs).
-pub fn runner_dir(settings: &Settings, watch: &Watch, object: &DynamicObject) -> PathBuf {
+pub fn runner_dir(root: &Path, watch: &Watch, object: &DynamicObject) -> PathBuf {
     let gvk = &watch.gvk;
-    let mut dir = settings.runner_dir.join(&gvk.group).join(&gvk.version).join(&gvk.kind);
+    let mut dir = root.join(&gvk.group).join(&gvk.version).join(&gvk.kind);
     if let Some(namespace) = object.namespace() {
         dir.push(namespace);
     }

@@ -126,13 +126,17 @@ impl Error {
     }
 }
 
-/// Renders the inventory and reads the key Secret for one run. `None` when the watch uses neither.
-pub async fn prepare(
-    client: &Client,
-    extensions: &Extensions,
-    object: &Value,
-    namespace: Option<&str>,
-) -> Result<Option<Remote>, Error> {
+/// What a watch's SSH keys render to for one CR, before any Secret is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hosts {
+    /// The rendered inventory and its hosts, when the watch has an `inventory` template.
+    pub inventory: Option<(String, Vec<String>)>,
+    /// The name of the key Secret in the CR's namespace, when the watch has `sshKeySecret`.
+    pub ssh_key_secret: Option<String>,
+}
+
+/// Renders the inventory and the key Secret's name from the CR. `None` when the watch uses neither.
+pub fn hosts(extensions: &Extensions, object: &Value) -> Result<Option<Hosts>, Error> {
     if !extensions.uses_ssh() {
         return Ok(None);
     }
@@ -145,9 +149,25 @@ pub async fn prepare(
         }
         None => None,
     };
-    let (private_key, known_hosts) = match &extensions.ssh_key_secret {
-        Some(source) => {
-            let name = template::render("sshKeySecret", source, object)?.trim().to_string();
+    let ssh_key_secret = match &extensions.ssh_key_secret {
+        Some(source) => Some(template::render("sshKeySecret", source, object)?.trim().to_string()),
+        None => None,
+    };
+    Ok(Some(Hosts { inventory, ssh_key_secret }))
+}
+
+/// Renders the inventory and reads the key Secret for one run. `None` when the watch uses neither.
+pub async fn prepare(
+    client: &Client,
+    extensions: &Extensions,
+    object: &Value,
+    namespace: Option<&str>,
+) -> Result<Option<Remote>, Error> {
+    let Some(Hosts { inventory, ssh_key_secret }) = hosts(extensions, object)? else {
+        return Ok(None);
+    };
+    let (private_key, known_hosts) = match ssh_key_secret {
+        Some(name) => {
             let Some(namespace) = namespace else {
                 return Err(Error::ClusterScoped { name });
             };

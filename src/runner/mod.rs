@@ -67,6 +67,25 @@ pub fn run_environment() -> Vec<(String, String)> {
     constant.chain([(leftovers::MARKER.to_string(), leftovers::instance())]).collect()
 }
 
+/// The environment a run's process gets from its spec: its `env/envvars`, SSH's options when it
+/// reaches hosts (`inherited`: the operator's own `ANSIBLE_SSH_ARGS`), and a rendered inventory's
+/// strict parsing. `ansible-operator replay` writes the same into its `env/envvars`.
+pub fn spec_environment(spec: &RunSpec, inherited: Option<&str>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = spec
+        .env_vars
+        .iter()
+        .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+        .collect();
+    if let Some(ssh) = &spec.ssh {
+        env.extend(ssh.env(&spec.dir, &spec.ident, inherited));
+    }
+    if matches!(spec.inventory, Inventory::Rendered(_)) {
+        // Without this, an inventory Ansible cannot read is a warning and the play runs on no host.
+        env.push(("ANSIBLE_INVENTORY_UNPARSED_FAILED".into(), "True".into()));
+    }
+    env
+}
+
 /// What a finished run tells.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -178,22 +197,11 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
     let write_error = |source| Error::WriteInput { dir: spec.dir.clone(), source };
     input_dir::write(spec).map_err(write_error)?;
     let _forget_key = scopeguard(|| ssh::forget(&spec.dir, &spec.ident));
-    let mut ssh_env = Vec::new();
     if let Some(ssh) = &spec.ssh {
         ssh.write(&spec.dir, &spec.ident).map_err(write_error)?;
-        let inherited = std::env::var("ANSIBLE_SSH_ARGS").ok();
-        ssh_env = ssh.env(&spec.dir, &spec.ident, inherited.as_deref());
     }
-    if matches!(spec.inventory, Inventory::Rendered(_)) {
-        // Without this, an inventory Ansible cannot read is a warning and the play runs on no host.
-        ssh_env.push(("ANSIBLE_INVENTORY_UNPARSED_FAILED".into(), "True".into()));
-    }
-    let mut env: Vec<(String, String)> = spec
-        .env_vars
-        .iter()
-        .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
-        .collect();
-    env.extend(ssh_env);
+    let inherited = std::env::var("ANSIBLE_SSH_ARGS").ok();
+    let mut env = spec_environment(spec, inherited.as_deref());
     env.extend(run_environment());
     env.push((leftovers::RUN_MARKER.into(), spec.ident.clone()));
     let launch = Launch { id: &spec.ident, program: &settings.program, argv: spec.argv(), env };

@@ -373,7 +373,7 @@ async function crPage(group, plural, namespace, name) {
       return;
     }
     const detail = await api(`${base}/runs/${encodeURIComponent(run.name)}`);
-    runPane.replaceChildren(runFacts(detail));
+    runPane.replaceChildren(runFacts(detail), inputsButton(`${base}/runs/${encodeURIComponent(run.name)}/inputs`));
     chart.replaceChildren(taskChart(detail));
     log.textContent = 'Loading…';
     logState.textContent = '';
@@ -432,6 +432,30 @@ async function crPage(group, plural, namespace, name) {
 
   await refresh();
   every(REFRESH_MS, () => refresh().catch(() => {}));
+}
+
+/** "Download inputs": the run's input files as one JSON file, to replay it with ansible-runner. */
+function inputsButton(path) {
+  const button = h('button', { id: 'download-inputs', type: 'button', text: 'Download inputs' });
+  const state = h('p', { class: 'muted', id: 'inputs-state' });
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    try {
+      const bundle = await api(path);
+      const file = `${bundle.name}-inputs.json`;
+      const link = h('a', { href: URL.createObjectURL(new Blob([JSON.stringify(bundle, null, 2)], { type: 'application/json' })) });
+      link.download = file;
+      link.click();
+      setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+      state.textContent = `Saved ${file}: ${Object.keys(bundle.files).join(', ')}. Write each file under ${bundle.name}/ ` +
+        `(or use ansible-operator replay --run), then: ${bundle.command}`;
+    } catch (e) {
+      state.textContent = `Could not download the inputs: ${e.message}`;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return h('div', { class: 'inputs' }, button, state);
 }
 
 function runFacts(run) {
