@@ -24,6 +24,11 @@ impl PrivateKey {
         }
         Self(text)
     }
+
+    /// The key material, for masking it in the run's output; never print it.
+    pub fn material(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
 }
 
 impl fmt::Debug for PrivateKey {
