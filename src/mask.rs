@@ -278,7 +278,10 @@ mod tests {
         let once = serde_json::to_string(&json!({ "msg": value })).unwrap();
         assert!(!masker.mask(&once).contains("ss"), "{}", masker.mask(&once));
         assert_eq!(masker.mask(r#"{"msg": "p\"ss\nw\u00f6rd"}"#), r#"{"msg": "********"}"#);
-        assert_eq!(masker.mask(r#""stdout": "\"msg\": \"p\\\"ss\\nw\u00f6rd\"""#), r#""stdout": "\"msg\": \"********\"""#);
+        assert_eq!(
+            masker.mask(r#""stdout": "\"msg\": \"p\\\"ss\\nw\u00f6rd\"""#),
+            r#""stdout": "\"msg\": \"********\"""#
+        );
     }
 
     #[test]
@@ -309,7 +312,10 @@ mod tests {
         let mut masker = masker(&["hunter22"]);
         let mut value = json!({"res": {"msg": "pw hunter22", "hunter22": ["hunter22", 1, true]}, "n": null});
         masker.mask_value(&mut value);
-        assert_eq!(value, json!({"res": {"msg": "pw ********", "********": ["********", 1, true]}, "n": null}));
+        assert_eq!(
+            value,
+            json!({"res": {"msg": "pw ********", "********": ["********", 1, true]}, "n": null})
+        );
     }
 
     #[test]

@@ -57,14 +57,9 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
         OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
     let api = ApiServer::localhost(port, None);
     api.wait_until_up(WAIT);
-    let created = support::create_cr(
-        &crs,
-        GROUP,
-        KIND,
-        "app",
-        json!({"secret": "db", "hidden": HIDDEN, "pause": 6}),
-    )
-    .await;
+    let created =
+        support::create_cr(&crs, GROUP, KIND, "app", json!({"secret": "db", "hidden": HIDDEN, "pause": 6}))
+            .await;
     let uid = created.metadata.uid.clone().unwrap();
     let path = format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs/{}/app", ns.name);
 
@@ -102,8 +97,11 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
     assert_masked("the finished run's log", log);
 
     let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
-    let runs: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"));
+    let runs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"),
+    );
     let records = runs
         .list(&ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}")))
         .await

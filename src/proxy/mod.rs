@@ -166,11 +166,7 @@ impl Proxy {
         Ok(response.map(|body| box_body(secrets::Tap::new(body, learned))))
     }
 
-    async fn route(
-        &self,
-        request: Request<Incoming>,
-        grant: &Grant,
-    ) -> Result<Response<Body>, ProxyError> {
+    async fn route(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
         match classify(request.method(), request.headers(), request.uri(), self.children.linked()) {
             Handling::Upgrade => self.forward_upgrade(request).await,
             Handling::Write { info, write, link, verb } => {

@@ -40,9 +40,10 @@ pub fn learn(secrets: &Secrets, document: &[u8]) {
     };
     for object in objects {
         if let Some(data) = object["data"].as_object() {
-            let decoded = data.values().filter_map(Value::as_str).filter_map(|encoded| {
-                base64::engine::general_purpose::STANDARD.decode(encoded).ok()
-            });
+            let decoded = data
+                .values()
+                .filter_map(Value::as_str)
+                .filter_map(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded).ok());
             decoded.for_each(|value| secrets.add(&value));
         }
         if let Some(data) = object["stringData"].as_object() {
@@ -79,7 +80,10 @@ impl<B> Tap<B> {
     fn hold(&mut self, part: &[u8]) {
         if self.overflowed || self.pending.len() + part.len() > MAX_DOCUMENT {
             if !self.overflowed {
-                tracing::warn!(limit = MAX_DOCUMENT, "an answer about Secrets is too large to read: its values are not masked");
+                tracing::warn!(
+                    limit = MAX_DOCUMENT,
+                    "an answer about Secrets is too large to read: its values are not masked"
+                );
             }
             self.overflowed = true;
             self.pending.clear();

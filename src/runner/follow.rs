@@ -127,7 +127,10 @@ mod tests {
         let step = follower.handle(failed);
         assert_eq!(step.live.as_deref(), Some(r#"fatal: [h]: FAILED! => {"msg": "bad ********"}"#));
         let event = step.event.expect("an event");
-        assert_eq!(event.result().and_then(|res| res.get("msg")), Some(&serde_json::Value::from("bad ********")));
+        assert_eq!(
+            event.result().and_then(|res| res.get("msg")),
+            Some(&serde_json::Value::from("bad ********"))
+        );
         assert_eq!(follower.outcome.failure_message(), "bad ********");
         assert_eq!(follower.outcome.failures[0].task, "t ********");
         let _ = follower.handle("Traceback: hunter22");

@@ -76,8 +76,11 @@ mod tests {
         std::fs::create_dir_all(dir.join("job_events")).unwrap();
         let event = r#"{"uuid":"1","event":"runner_on_ok","stdout":"ok: \"msg\": \"p\\\"w hunter22\""}"#;
         std::fs::write(dir.join("stdout"), format!("{event}\nplain hunter22\nclean\n")).unwrap();
-        std::fs::write(dir.join("job_events").join("1-1.json"), r#"{"event_data":{"res":{"msg":"hunter22"}}}"#)
-            .unwrap();
+        std::fs::write(
+            dir.join("job_events").join("1-1.json"),
+            r#"{"event_data":{"res":{"msg":"hunter22"}}}"#,
+        )
+        .unwrap();
         std::fs::write(dir.join("job_events").join("2-2.json"), r#"{"event_data":{}}"#).unwrap();
         let secrets = Arc::new(Secrets::default());
         secrets.add(b"hunter22");
