@@ -7,6 +7,7 @@
 //! when it has several lines, line by line in plain text. Every spelling is a pattern.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,7 +31,7 @@ pub const MAX_LEN: usize = 64 << 10;
 /// (the proxy, the runner) and the run's maskers; it only grows while the run lasts.
 #[derive(Default)]
 pub struct Secrets {
-    patterns: Mutex<Vec<String>>,
+    patterns: Mutex<HashSet<String>>,
     /// `patterns.len()`, readable without the lock: a run without secrets costs one load per line.
     count: AtomicUsize,
 }
@@ -49,11 +50,7 @@ impl Secrets {
             return;
         }
         let mut patterns = self.patterns.lock().unwrap_or_else(|p| p.into_inner());
-        for form in forms {
-            if !patterns.contains(&form) {
-                patterns.push(form);
-            }
-        }
+        patterns.extend(forms);
         self.count.store(patterns.len(), Ordering::Release);
     }
 
@@ -68,7 +65,7 @@ impl Secrets {
     }
 
     fn snapshot(&self) -> Vec<String> {
-        self.patterns.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.patterns.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect()
     }
 }
 

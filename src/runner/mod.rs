@@ -189,9 +189,7 @@ pub async fn run(
     let _forget_key = scopeguard(|| ssh::forget(&spec.dir, &spec.ident));
     let mut ssh_env = Vec::new();
     if let Some(ssh) = &spec.ssh {
-        if let Some(key) = &ssh.private_key {
-            secrets.add(key.material());
-        }
+        ssh.learn_secrets(secrets);
         ssh.write(&spec.dir, &spec.ident).map_err(write_error)?;
         let inherited = std::env::var("ANSIBLE_SSH_ARGS").ok();
         ssh_env = ssh.env(&spec.dir, &spec.ident, inherited.as_deref());
