@@ -23,6 +23,10 @@ pub const MASK: &str = "********";
 /// would leave nothing readable.
 pub const MIN_LEN: usize = 4;
 
+/// Lines of a multi-line value shorter than this are not masked on their own: a kubeconfig's
+/// `kind: Config` or `users:` would be masked wherever the output says so.
+pub const MIN_LINE_LEN: usize = 16;
+
 /// Values longer than this are not masked (a Helm release, a bundle of certificates): they are not
 /// printed whole, and the matcher's memory grows with its patterns.
 pub const MAX_LEN: usize = 64 << 10;
@@ -80,7 +84,7 @@ pub fn spellings(value: &[u8]) -> Vec<String> {
         bases.push(text.to_string());
         if text.contains('\n') {
             let lines = text.lines().map(|line| line.trim_end_matches('\r'));
-            bases.extend(lines.filter(|line| line.len() >= MIN_LEN).map(str::to_string));
+            bases.extend(lines.filter(|line| line.len() >= MIN_LINE_LEN).map(str::to_string));
         }
     }
     let mut forms: Vec<String> = Vec::new();
@@ -201,16 +205,11 @@ impl Masker {
         *text = masked;
     }
 
-    /// Masks every string (and key) in a JSON object, in place; its structure stays as it was.
+    /// Masks every string in a JSON object, in place; its structure stays as it was. Keys are left
+    /// alone: they are structure (the play recap's counters are keyed by host) and never shown.
     pub fn mask_map(&mut self, map: &mut Map<String, Value>) {
         if matches!(self.matcher(), Matcher::Nothing) {
             return;
-        }
-        let keys: Vec<String> = map.keys().filter(|key| self.mask(key) != key.as_str()).cloned().collect();
-        for key in keys {
-            if let Some(value) = map.remove(&key) {
-                map.insert(self.mask(&key).into_owned(), value);
-            }
         }
         for value in map.values_mut() {
             self.mask_value(value);
@@ -283,11 +282,11 @@ mod tests {
 
     #[test]
     fn each_line_of_a_multi_line_value_is_masked_when_printed_line_by_line() {
-        let key = "-----BEGIN KEY-----\r\nAAAAB3NzaC1yc2E\nQABAAABAQC7\n-----END KEY-----\n";
+        let key = "-----BEGIN KEY-----\r\nAAAAB3NzaC1yc2EAAAADAQAB\nQABAAABAQC7\n-----END KEY-----\n";
         let mut masker = masker(&[key]);
-        assert_eq!(masker.mask("read AAAAB3NzaC1yc2E"), "read ********");
-        assert_eq!(masker.mask("QABAAABAQC7"), "********");
+        assert_eq!(masker.mask("read AAAAB3NzaC1yc2EAAAADAQAB"), "read ********");
         assert_eq!(masker.mask(key), "********");
+        assert_eq!(masker.mask("QABAAABAQC7"), "QABAAABAQC7", "a short line is not masked on its own");
     }
 
     #[test]
@@ -305,14 +304,14 @@ mod tests {
     }
 
     #[test]
-    fn json_keeps_its_structure_when_its_strings_are_masked() {
+    fn json_keeps_its_structure_and_keys_when_its_strings_are_masked() {
         let mut masker = masker(&["hunter22"]);
-        let mut value = json!({"res": {"msg": "pw hunter22", "hunter22": ["hunter22", 1, true]}, "n": null});
+        let mut value = json!({"res": {"msg": "pw hunter22", "list": ["hunter22", 1, true]}, "n": null});
         masker.mask_value(&mut value);
-        assert_eq!(
-            value,
-            json!({"res": {"msg": "pw ********", "********": ["********", 1, true]}, "n": null})
-        );
+        assert_eq!(value, json!({"res": {"msg": "pw ********", "list": ["********", 1, true]}, "n": null}));
+        let mut counters = json!({"ok": {"hunter22.example.com": 3}});
+        masker.mask_value(&mut counters);
+        assert_eq!(counters, json!({"ok": {"hunter22.example.com": 3}}), "keys are structure");
     }
 
     #[test]
