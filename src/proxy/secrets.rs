@@ -21,6 +21,9 @@ const MAX_DOCUMENT: usize = 64 << 20;
 /// Whether a request's answer may carry Secret values: any request on core `secrets` objects
 /// (the deprecated `/api/v1/watch/...` paths included), not on their subresources.
 pub fn carries_secrets(path: &str) -> bool {
+    if !path.contains("/secrets") {
+        return false;
+    }
     let path = match path.strip_prefix("/api/v1/watch/") {
         Some(rest) => format!("/api/v1/{rest}"),
         None => path.to_string(),
