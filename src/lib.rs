@@ -19,6 +19,7 @@ pub mod job_event;
 pub mod kubeapi;
 pub mod leader;
 pub mod logging;
+pub mod mask;
 pub mod metrics;
 pub mod outcome;
 #[cfg(test)]

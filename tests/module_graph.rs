@@ -34,6 +34,7 @@ const LAYERS: &[&[&str]] = &[
         "watch_errors",
         "toolchain",
         "proptest_support",
+        "mask",
     ],
 ];
 

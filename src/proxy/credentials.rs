@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::owner::Owner;
 use crate::history::Touched;
+use crate::mask::Secrets;
 use crate::watches::Gvk;
 
 /// What a run may do through the proxy, and for whom; and the objects it wrote through it.
@@ -22,6 +23,8 @@ pub struct Grant {
     pub blacklist: Vec<Gvk>,
     /// Objects the run created, changed or deleted, in order (the first [`MAX_TOUCHED`]).
     pub touched: Mutex<Vec<Touched>>,
+    /// The values of the Secrets the run read or wrote, masked in its output.
+    pub secrets: Arc<Secrets>,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
@@ -107,6 +110,7 @@ mod tests {
             watch_cluster_scoped: false,
             blacklist: Vec::new(),
             touched: Mutex::default(),
+            secrets: Arc::default(),
         }
     }
 

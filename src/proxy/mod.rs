@@ -11,6 +11,7 @@ pub mod dependents;
 pub mod kubeconfig;
 pub mod owner;
 pub mod request_info;
+pub mod secrets;
 pub mod wire;
 
 use std::convert::Infallible;
@@ -153,7 +154,19 @@ impl Proxy {
         }
     }
 
+    /// Forwards a request; an answer about Secrets is tapped on its way to the run, so that the run's
+    /// output is masked.
     async fn forward(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
+        let carries_secrets = secrets::carries_secrets(request.uri().path());
+        let response = self.route(request, grant).await?;
+        if !carries_secrets || !response.status().is_success() {
+            return Ok(response);
+        }
+        let learned = grant.secrets.clone();
+        Ok(response.map(|body| box_body(secrets::Tap::new(body, learned))))
+    }
+
+    async fn route(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
         match classify(request.method(), request.headers(), request.uri(), self.children.linked()) {
             Handling::Upgrade => self.forward_upgrade(request).await,
             Handling::Write { info, write, link, verb } => {

@@ -80,7 +80,7 @@ async fn run_ansible(
     let in_flight = ctx.metrics.run_started();
     let trigger = serde_json::to_value(&journal.trigger).unwrap_or_default();
     let live = ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger);
-    let report = runner::run(&ctx.settings.runner, &spec, Some(&live)).await;
+    let report = runner::run(&ctx.settings.runner, &spec, Some(&live), &issued.grant.secrets).await;
     drop(live);
     drop(in_flight);
     journal.writes.extend(issued.grant.writes());
@@ -117,6 +117,7 @@ fn proxy_credential(
         watch_cluster_scoped: watch.watch_cluster_scoped_resources,
         blacklist: watch.blacklist.clone(),
         touched: Default::default(),
+        secrets: Default::default(),
     })?;
     crate::runner::fs::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use super::event::Line;
 use super::{push_bounded, strip_ansi};
 use crate::job_event::JobEvent;
+use crate::mask::Masker;
 use crate::outcome::Outcome;
 
 /// What to do with one line, besides what the follower keeps.
@@ -19,8 +20,8 @@ pub struct Step {
     pub event: Option<Box<JobEvent>>,
 }
 
-/// What the run's stdout has said so far.
-#[derive(Debug, Default)]
+/// What the run's stdout has said so far, its secret values masked.
+#[derive(Debug)]
 pub struct Follower {
     /// The fold of the run's events.
     pub outcome: Outcome,
@@ -28,17 +29,31 @@ pub struct Follower {
     pub output: VecDeque<String>,
     /// Every event's text, when `ANSIBLE_DEBUG_LOGS` asks for it.
     pub transcript: Option<String>,
+    /// Masks each line as it comes, so that nothing downstream sees a secret value.
+    masker: Masker,
 }
 
 impl Follower {
-    /// A follower that keeps a transcript when `debug_logs` is set.
-    pub fn new(debug_logs: bool) -> Self {
-        Follower { transcript: debug_logs.then(String::new), ..Follower::default() }
+    /// A follower that keeps a transcript when `debug_logs` is set, and masks with `masker`.
+    pub fn new(debug_logs: bool, masker: Masker) -> Self {
+        Follower {
+            outcome: Outcome::default(),
+            output: VecDeque::new(),
+            transcript: debug_logs.then(String::new),
+            masker,
+        }
     }
 
     /// Takes in one line of stdout.
     pub fn handle(&mut self, line: &str) -> Step {
-        let line = Line::parse(line);
+        let mut line = Line::parse(line);
+        match &mut line {
+            Line::Event(event) => {
+                self.masker.mask_string(&mut event.stdout);
+                self.masker.mask_map(&mut event.event_data);
+            }
+            Line::Text(text) => self.masker.mask_string(text),
+        }
         let live = line.readable().map(strip_ansi);
         match line {
             Line::Event(event) => {
@@ -68,7 +83,7 @@ mod tests {
 
     #[test]
     fn an_event_is_shown_without_colour_folded_into_the_outcome_and_handed_to_the_logger() {
-        let mut follower = Follower::new(false);
+        let mut follower = Follower::new(false, Masker::none());
         let step = follower.handle(TASK_STARTED);
         assert_eq!(step.live.as_deref(), Some("TASK [greet]"));
         assert_eq!(step.event.map(|e| e.event), Some("playbook_on_task_start".to_string()));
@@ -78,7 +93,7 @@ mod tests {
 
     #[test]
     fn text_outside_events_is_kept_as_output_and_shown() {
-        let mut follower = Follower::new(false);
+        let mut follower = Follower::new(false, Masker::none());
         let step = follower.handle("Traceback (most recent call last):\r\n");
         assert_eq!(step, Step { live: Some("Traceback (most recent call last):".into()), event: None });
         assert_eq!(follower.output, ["Traceback (most recent call last):"]);
@@ -86,7 +101,7 @@ mod tests {
 
     #[test]
     fn verbose_and_error_events_count_as_output() {
-        let mut follower = Follower::new(false);
+        let mut follower = Follower::new(false, Masker::none());
         let _ = follower
             .handle(r#"{"uuid":"2","event":"verbose","stdout":"ERROR! the role 'x' was not found\n"}"#);
         assert_eq!(follower.output, ["ERROR! the role 'x' was not found"]);
@@ -94,12 +109,32 @@ mod tests {
 
     #[test]
     fn the_transcript_keeps_every_events_text_only_when_asked() {
-        let mut quiet = Follower::new(false);
+        let mut quiet = Follower::new(false, Masker::none());
         let _ = quiet.handle(TASK_STARTED);
         assert_eq!(quiet.transcript, None);
-        let mut debug = Follower::new(true);
+        let mut debug = Follower::new(true, Masker::none());
         let _ = debug.handle(TASK_STARTED);
         let _ = debug.handle(r#"{"uuid":"3","event":"runner_on_start","stdout":""}"#);
         assert_eq!(debug.transcript.as_deref(), Some("TASK [greet]\n"));
+    }
+
+    #[test]
+    fn a_secret_value_is_masked_in_what_is_shown_logged_folded_and_kept() {
+        let secrets = std::sync::Arc::new(crate::mask::Secrets::default());
+        secrets.add(b"hunter22");
+        let mut follower = Follower::new(true, Masker::new(secrets));
+        let failed = r#"{"uuid":"4","event":"runner_on_failed","event_data":{"task":"t hunter22","host":"h","res":{"msg":"bad hunter22"}},"stdout":"fatal: [h]: FAILED! => {\"msg\": \"bad hunter22\"}"}"#;
+        let step = follower.handle(failed);
+        assert_eq!(step.live.as_deref(), Some(r#"fatal: [h]: FAILED! => {"msg": "bad ********"}"#));
+        let event = step.event.expect("an event");
+        assert_eq!(
+            event.result().and_then(|res| res.get("msg")),
+            Some(&serde_json::Value::from("bad ********"))
+        );
+        assert_eq!(follower.outcome.failure_message(), "bad ********");
+        assert_eq!(follower.outcome.failures[0].task, "t ********");
+        let _ = follower.handle("Traceback: hunter22");
+        assert_eq!(follower.output, ["Traceback: ********"]);
+        assert!(!follower.transcript.unwrap_or_default().contains("hunter22"));
     }
 }

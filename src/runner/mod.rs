@@ -9,6 +9,7 @@ pub mod fs;
 pub mod input_dir;
 pub mod leftovers;
 mod log_events;
+pub mod masked;
 pub mod process;
 pub mod ssh;
 
@@ -25,6 +26,7 @@ pub use log_events::LogEvents;
 use crate::executor::{self, Launch, Launcher};
 use crate::go_duration;
 use crate::history::live::Registration;
+use crate::mask::{Masker, Secrets};
 use crate::outcome::Outcome;
 use active::ActiveRuns;
 use process::ProcessTree;
@@ -192,12 +194,20 @@ impl Killed {
 }
 
 /// Runs ansible-runner for one reconcile and follows it to the end, its output going to `live` as it
-/// comes. Dropping the future kills the whole process tree.
-pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration>) -> Result<Report, Error> {
+/// comes. The values in `secrets` (those the run reads through the proxy, and its SSH key) are masked
+/// in everything the run's output becomes: the live log, the operator's log, the report and the
+/// artifacts. Dropping the future kills the whole process tree.
+pub async fn run(
+    settings: &Settings,
+    spec: &RunSpec,
+    live: Option<&Registration>,
+    secrets: &Arc<Secrets>,
+) -> Result<Report, Error> {
     let write_error = |source| Error::WriteInput { dir: spec.dir.clone(), source };
     input_dir::write(spec).map_err(write_error)?;
     let _forget_key = scopeguard(|| ssh::forget(&spec.dir, &spec.ident));
     if let Some(ssh) = &spec.ssh {
+        ssh.learn_secrets(secrets);
         ssh.write(&spec.dir, &spec.ident).map_err(write_error)?;
     }
     let inherited = std::env::var("ANSIBLE_SSH_ARGS").ok();
@@ -213,7 +223,8 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
     let stdout = std::mem::replace(&mut started.stdout, Box::new(tokio::io::empty()));
     let stderr = std::mem::replace(&mut started.stderr, Box::new(tokio::io::empty()));
 
-    let mut follower = follow::Follower::new(settings.debug_logs);
+    let mut follower = follow::Follower::new(settings.debug_logs, Masker::new(secrets.clone()));
+    let mut stderr_masker = Masker::new(secrets.clone());
     let mut logger = log_events::Logger::new(settings);
     let mut stderr_lines = VecDeque::new();
     let mut timed_out = false;
@@ -227,7 +238,10 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
                 logger.log(&event);
             }
         }),
-        read_lines(stderr, MAX_LINE, |line| push_bounded(&mut stderr_lines, strip_ansi(line.trim_end()))),
+        read_lines(stderr, MAX_LINE, |line| {
+            let line = stderr_masker.mask(line.trim_end()).into_owned();
+            push_bounded(&mut stderr_lines, strip_ansi(&line))
+        }),
         async {
             let exit = match spec.timeout {
                 None => started.wait().await,
@@ -253,7 +267,7 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         },
     );
     let exit = status?;
-    let follow::Follower { outcome, mut output, transcript } = follower;
+    let follow::Follower { outcome, mut output, transcript, .. } = follower;
     tree.root_exited();
     drop(tree);
     logger.finish(&outcome);
@@ -261,6 +275,11 @@ pub async fn run(settings: &Settings, spec: &RunSpec, live: Option<&Registration
         ssh::finish(&spec.dir, &spec.ident).await;
     }
 
+    if !secrets.is_empty()
+        && let Err(error) = masked::mask_artifacts(&spec.artifact_dir(), &mut stderr_masker)
+    {
+        tracing::warn!(%error, "could not mask secret values in the run's artifacts");
+    }
     if let Err(error) = input_dir::link_latest(spec) {
         tracing::warn!(%error, "could not point artifacts/latest at this run");
     }

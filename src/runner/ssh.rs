@@ -10,6 +10,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use super::fs::{remove_if_present, write_private};
+use crate::mask::Secrets;
 use crate::watches::HostKeyChecking;
 
 /// A private key; never printed.
@@ -64,6 +65,13 @@ pub fn control_dir(ident: &str) -> PathBuf {
 }
 
 impl Ssh {
+    /// Adds the private key to the values masked in the run's output.
+    pub fn learn_secrets(&self, secrets: &Secrets) {
+        if let Some(PrivateKey(text)) = &self.private_key {
+            secrets.add(text.as_bytes());
+        }
+    }
+
     /// Writes the key (0600) and known_hosts files into the CR's directory and creates the run's
     /// control socket directory (0700).
     pub fn write(&self, dir: &Path, ident: &str) -> io::Result<()> {
@@ -213,6 +221,23 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    #[test]
+    fn the_private_key_is_masked_whole_and_line_by_line_and_known_hosts_is_not() {
+        let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n-----END OPENSSH PRIVATE KEY-----";
+        let ssh = Ssh {
+            private_key: Some(PrivateKey::new(key.into())),
+            known_hosts: Some("host1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5".into()),
+            policy: HostKeyChecking::Strict,
+        };
+        let secrets = std::sync::Arc::new(Secrets::default());
+        ssh.learn_secrets(&secrets);
+        let mut masker = crate::mask::Masker::new(secrets);
+        assert_eq!(masker.mask(&format!("{key}\n")), "********");
+        assert_eq!(masker.mask("line b3BlbnNzaC1rZXktdjEAAAAABG5vbmU"), "line ********");
+        let known = "host1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5";
+        assert_eq!(masker.mask(known), known);
+    }
 
     fn ssh(policy: HostKeyChecking, known_hosts: Option<&str>) -> Ssh {
         Ssh {

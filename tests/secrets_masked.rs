@@ -1,0 +1,133 @@
+//! Secret values masked everywhere a run's output goes, against the real API server and real Ansible:
+//! a playbook reads a Secret through the proxy, prints its value and its base64, uses a value in a
+//! `no_log` task and fails with the value in its message. The operator's log, the run's live and
+//! finished log from the API, the run record, the CR's Events and its `Failure` condition show
+//! `********` instead, and never the value or its base64.
+
+mod support;
+
+use std::time::Duration;
+
+use base64::Engine;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+use support::api::{ApiServer, grant_log_reading, service_account};
+use support::operator::OperatorConfig;
+use support::setup::Test;
+
+const GROUP: &str = "masked.test.example.com";
+const KIND: &str = "Masked";
+const PLURAL: &str = "maskeds";
+const WAIT: Duration = Duration::from_secs(180);
+/// The Secret's value: long enough to be masked, unlike anything else the run prints.
+const VALUE: &str = "hunter2-\"quoted\"-pässword";
+/// What only a `no_log` task sees (the playbook makes it at run time, so no input holds it).
+const HIDDEN: &str = "nolog-value-7f3a9c";
+
+/// Where `text` shows the value, its base64 or the `no_log` value (empty when nowhere).
+fn leaks(text: &str) -> Vec<&'static str> {
+    let encoded: &'static str =
+        Box::leak(base64::engine::general_purpose::STANDARD.encode(VALUE).into_boxed_str());
+    [VALUE, "hunter2", encoded, HIDDEN].into_iter().filter(|leak| text.contains(leak)).collect()
+}
+
+fn assert_masked(place: &str, text: &str) {
+    assert!(leaks(text).is_empty(), "{place} shows {:?}: {text}", leaks(text));
+    assert!(text.contains("********"), "{place} shows no mask: {text}");
+}
+
+#[tokio::test]
+async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_status() {
+    let Test { client, ns, api: crs } =
+        Test::setup("secrets-masked").kind(GROUP, KIND).run_records().build().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "db"},
+        "stringData": {"password": VALUE},
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &secret).await.expect("create the Secret");
+    let resource = format!("{PLURAL}.{GROUP}");
+    let reader = service_account(&ns.name, "reader", "get,list", &resource);
+    grant_log_reading(&ns.name, "reader", &resource);
+    let port = support::free_port();
+    let watches = support::playbook_watch(GROUP, KIND, "secrets_masked.yml");
+    let operator =
+        OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
+    let api = ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    let created = support::create_cr(&crs, GROUP, KIND, "app", json!({"secret": "db", "pause": 6})).await;
+    let uid = created.metadata.uid.clone().unwrap();
+    let path = format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs/{}/app", ns.name);
+
+    // The live log, read while the run holds open after printing.
+    let live = support::wait_for("the live log past the prints", WAIT, || async {
+        let detail = api.get_ok(&path, &reader);
+        let Some(ident) = detail["inFlight"]["ident"].as_str() else { return Ok(Err(format!("{detail}"))) };
+        let reply = api.request("GET", &format!("{path}/runs/{ident}/log"), Some(&reader));
+        let text = reply.body.as_str().unwrap_or_default().to_string();
+        Ok(if text.contains("TASK [hold the run open]") { Ok(text) } else { Err(text) })
+    })
+    .await;
+    assert_masked("the live log", &live);
+
+    // The Failure condition, once the run has ended.
+    let failed = support::wait_for_condition(&crs, "app", "Failure", "True", WAIT).await;
+    let failure = support::condition(&failed, "Failure").unwrap();
+    let message = failure["message"].as_str().unwrap_or_default();
+    assert_eq!(message, "could not log in with ********");
+
+    // The run record, and the finished run's log (from its artifacts), through the API.
+    let detail = support::wait_for("a recorded failed run", WAIT, || async {
+        let detail = api.get_ok(&path, &reader);
+        Ok(if detail["runs"][0]["result"] == "Failure" { Ok(detail) } else { Err(format!("{detail}")) })
+    })
+    .await;
+    assert_masked("the CR's detail", &detail.to_string());
+    let run_name = detail["runs"][0]["name"].as_str().unwrap().to_string();
+    let run = api.get_ok(&format!("{path}/runs/{run_name}"), &reader);
+    assert_masked("the run from the API", &run.to_string());
+    let log = api.request("GET", &format!("{path}/runs/{run_name}/log"), Some(&reader));
+    assert_eq!(log.status, 200, "{}", log.body);
+    let log = log.body.as_str().unwrap_or_default();
+    assert!(log.contains("the password is ********") && log.contains("encoded ********"), "{log}");
+    assert_masked("the finished run's log", log);
+
+    let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
+    let runs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"),
+    );
+    let records = runs
+        .list(&ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}")))
+        .await
+        .unwrap()
+        .items;
+    assert!(!records.is_empty());
+    for record in &records {
+        assert_masked("the run record", &serde_json::to_string(&record.data).unwrap());
+    }
+
+    // The Events about the CR.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let about: Vec<Value> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|event| event.involved_object.name.as_deref() == Some("app"))
+        .map(|event| serde_json::to_value(event).unwrap())
+        .collect();
+    assert!(!about.is_empty(), "the failed run is an Event");
+    assert_masked("the Events", &Value::from(about).to_string());
+
+    // The operator's log: what it logged of the tasks.
+    let mut operator = operator;
+    assert!(operator.terminate(Duration::from_secs(30)).is_some());
+    let text = operator.log();
+    assert!(text.contains("[playbook debug]"), "{text}");
+    assert_masked("the operator's log", &text);
+}
