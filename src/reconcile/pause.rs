@@ -24,9 +24,14 @@ pub async fn pause(object: &DynamicObject, ctx: &Context, key: &str) -> Result<N
     ctx.backoff.reset(key);
     if ctx.watch.manage_status && !is_marked(object) {
         let api = api_for(ctx, object);
-        let written =
-            status::write(&api, &object.name_any(), ctx.conditions(), &Transition::Paused, object.metadata.generation)
-                .await?;
+        let written = status::write(
+            &api,
+            &object.name_any(),
+            ctx.conditions(),
+            &Transition::Paused,
+            object.metadata.generation,
+        )
+        .await?;
         if let Some(written) = written {
             super::series::conditions(ctx, &written);
         }
