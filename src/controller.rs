@@ -184,6 +184,7 @@ impl WatchController {
                         watcher::Event::Delete(object) if !decoded::is_stand_in(object) => {
                             remove_runner_dir(&ctx, object);
                             ctx.seen.forget(&reconcile::key_of(object));
+                            reconcile::forget_reads(&ctx, object);
                         }
                         watcher::Event::InitDone => {
                             if let Some(token) = synced.take() {

@@ -24,7 +24,7 @@ use availability::{Store, Tell};
 pub use ledger::Ledger;
 pub use live::LiveRuns;
 use memory::Memory;
-pub use record::{RunRecord, Touched};
+pub use record::{Read, RunRecord, Touched};
 pub use trigger::Trigger;
 
 /// Why the history could not be written or read.

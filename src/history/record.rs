@@ -1,5 +1,5 @@
 //! The record of one run, and the `AnsibleRun` object that stores it: which CR, why, on which
-//! executor, when, how it ended, its tasks and the objects it wrote. Never extra vars, task
+//! executor, when, how it ended, its tasks, the objects it wrote and those it read. Never extra vars, task
 //! arguments or results: they may hold secrets. Failure messages are kept as Ansible reports them
 //! (`no_log` already hides what it must).
 
@@ -40,6 +40,49 @@ pub struct Touched {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
+}
+
+/// An object (a GET) or a set of objects (a LIST) a run read through the proxy and does not own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Read {
+    /// API group ("" for the core group).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (plural), e.g. `configmaps`.
+    pub resource: String,
+    /// The kind, when the answer named it (a GET that found the object).
+    pub kind: Option<String>,
+    /// Namespace; `None` for cluster-scoped objects or a LIST across all namespaces.
+    pub namespace: Option<String>,
+    /// The object's name; `None` for a LIST.
+    pub name: Option<String>,
+    /// A LIST's `labelSelector`.
+    pub label_selector: Option<String>,
+    /// A LIST's `fieldSelector`.
+    pub field_selector: Option<String>,
+}
+
+impl Read {
+    /// The read as the run record and the API show it.
+    pub fn manifest(&self) -> Value {
+        let verb = if self.name.is_some() { "get" } else { "list" };
+        let mut read = json!({"verb": verb, "resource": self.resource, "version": self.version});
+        let optional = [
+            ("group", Some(&self.group).filter(|g| !g.is_empty())),
+            ("kind", self.kind.as_ref()),
+            ("namespace", self.namespace.as_ref()),
+            ("name", self.name.as_ref()),
+            ("labelSelector", self.label_selector.as_ref()),
+            ("fieldSelector", self.field_selector.as_ref()),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                read[key] = json!(value);
+            }
+        }
+        read
+    }
 }
 
 /// How a run ended.
@@ -113,6 +156,8 @@ pub struct RunRecord {
     pub tasks_omitted: usize,
     /// Objects written through the proxy.
     pub objects: Vec<Touched>,
+    /// Objects read through the proxy that the run does not own (its read-set).
+    pub reads: Vec<Read>,
     /// The run's output, while its artifacts exist.
     pub log: Option<String>,
     /// With `--sharding`: the shard (replica) that ran it.
@@ -181,6 +226,7 @@ impl RunRecord {
             "result": result_name(self.result),
             "tasks": tasks,
             "objects": objects,
+            "reads": self.reads.iter().map(Read::manifest).collect::<Vec<Value>>(),
         });
         if let Some(stats) = &self.stats {
             spec["ansibleResult"] = json!({"ok": stats.ok, "changed": stats.changed, "skipped": stats.skipped, "failures": stats.failures});
@@ -271,9 +317,45 @@ pub(crate) mod tests {
                 namespace: Some("ns".into()),
                 name: "c".into(),
             }],
+            reads: vec![Read {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+                kind: Some("ConfigMap".into()),
+                namespace: Some("ns".into()),
+                name: Some("settings".into()),
+                label_selector: None,
+                field_selector: None,
+            }],
             log: Some("/r/artifacts/123/stdout".into()),
             shard: None,
         }
+    }
+
+    #[test]
+    fn the_manifest_lists_what_the_run_read_with_a_lists_selectors() {
+        let mut record = record();
+        record.reads.push(Read {
+            group: "apps".into(),
+            version: "v1".into(),
+            resource: "deployments".into(),
+            kind: None,
+            namespace: None,
+            name: None,
+            label_selector: Some("app=web".into()),
+            field_selector: Some("metadata.name!=x".into()),
+        });
+        let reads = &record.manifest()["spec"]["reads"];
+        assert_eq!(
+            reads[0],
+            json!({"verb": "get", "resource": "configmaps", "version": "v1", "kind": "ConfigMap",
+                   "namespace": "ns", "name": "settings"})
+        );
+        assert_eq!(
+            reads[1],
+            json!({"verb": "list", "resource": "deployments", "version": "v1", "group": "apps",
+                   "labelSelector": "app=web", "fieldSelector": "metadata.name!=x"})
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub use context::{Context, Error, Settings};
 pub use cr::key_of;
 use cr::{StatusTarget, api_for};
 use journal::Journal;
+pub use journal::forget_reads;
 use judge::Verdict;
 pub use pace::Pacer;
 use plan::{Flags, Step};

@@ -64,7 +64,7 @@ pub async fn run(
 }
 
 /// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends. The
-/// objects it wrote and its executor go to the journal.
+/// objects it wrote and read and its executor go to the journal.
 async fn run_ansible(
     ctx: &Context,
     object: &DynamicObject,
@@ -80,6 +80,7 @@ async fn run_ansible(
     drop(live);
     drop(in_flight);
     journal.writes.extend(issued.grant.writes());
+    journal.reads.extend(issued.grant.read_set());
     drop(issued);
     let _ = std::fs::remove_file(kubeconfig);
     if let Ok(report) = &report {
@@ -113,6 +114,7 @@ fn proxy_credential(
         watch_cluster_scoped: watch.watch_cluster_scoped_resources,
         blacklist: watch.blacklist.clone(),
         touched: Default::default(),
+        reads: Default::default(),
     })?;
     crate::runner::fs::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");

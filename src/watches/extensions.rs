@@ -1,5 +1,6 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
-//! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`): read,
+//! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`,
+//! `watchReadResources`): read,
 //! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
@@ -14,7 +15,7 @@ use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 9] = [
+pub(super) const KEYS: [&str; 10] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -24,6 +25,7 @@ pub(super) const KEYS: [&str; 9] = [
     "trustCRTemplates",
     "trustCRVariables",
     "runTimeout",
+    "watchReadResources",
 ];
 
 const PRECHECK_KEYS: [&str; 2] = ["playbook", "role"];
@@ -75,6 +77,7 @@ pub(super) fn read(
     let trust_cr_templates = fields.boolean("trustCRTemplates").map_err(|e| e.at(at))?;
     let trust_cr_variables = fields.boolean("trustCRVariables").map_err(|e| e.at(at))?;
     let run_timeout = run_timeout(fields, at)?;
+    let watch_read_resources = fields.boolean("watchReadResources").map_err(|e| e.at(at))?.unwrap_or(false);
     Ok(Extensions {
         inventory,
         ssh_key_secret,
@@ -85,6 +88,7 @@ pub(super) fn read(
         trust_cr_templates,
         trust_cr_variables,
         run_timeout,
+        watch_read_resources,
     })
 }
 

@@ -63,6 +63,9 @@ pub struct Extensions {
     /// `runTimeout`: longest one run of this kind may take (`Some(ZERO)`: no limit); `None`
     /// follows `--ansible-run-timeout`.
     pub run_timeout: Option<Duration>,
+    /// `watchReadResources`: a CR re-runs when an object its last run read through the proxy (and
+    /// does not own) changes. Off by default, as upstream's contract has it.
+    pub watch_read_resources: bool,
 }
 
 impl Extensions {
