@@ -1,7 +1,8 @@
 //! Re-running a CR when what its run read changes (`watchReadResources`), against the real API server
 //! and real Ansible: a playbook reads a user's ConfigMap and Secret with `kubernetes.core.k8s_info`;
-//! the run record lists both; with the key, editing either re-runs the CR within seconds, and editing
-//! an unrelated ConfigMap or only an annotation does not; without it nothing re-runs.
+//! the run record lists both; with the key, editing either re-runs the CR within seconds (a run record
+//! saying which object changed), and editing an unrelated ConfigMap or only an annotation does not;
+//! without it nothing re-runs.
 
 mod support;
 
@@ -17,38 +18,15 @@ use support::setup::Test;
 
 const GROUP: &str = "readset.test.example.com";
 const KIND: &str = "Reader";
-const CONTROLLER: &str = "reader-v1alpha1-controller";
 const WAIT: Duration = Duration::from_secs(180);
 /// How soon a change to what the run read re-runs the CR.
 const SOON: Duration = Duration::from_secs(30);
 /// How long a change that must not re-run the CR is given to do so anyway.
 const QUIET: Duration = Duration::from_secs(8);
 
-struct Running {
-    operator: Operator,
-    port: u16,
-}
-
-fn start(namespace: &str, extra: &str) -> Running {
-    let port = support::free_port();
+fn start(namespace: &str, extra: &str) -> Operator {
     let watches = format!("{}{extra}", support::playbook_watch(GROUP, KIND, "read_set.yml"));
-    let operator = OperatorConfig::new(&watches, namespace)
-        .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
-        .start();
-    Running { operator, port }
-}
-
-/// Successful reconciles of the CR's kind so far.
-fn runs(port: u16) -> usize {
-    support::reconciles_counted(port, CONTROLLER, Some("success")).unwrap_or(0.0) as usize
-}
-
-async fn wait_for_runs(port: u16, at_least: usize, within: Duration) {
-    support::wait_for(&format!("{at_least} successful runs"), within, || async {
-        let runs = runs(port);
-        Ok((runs >= at_least).then_some(()).ok_or(format!("{runs} runs")))
-    })
-    .await
+    OperatorConfig::new(&watches, namespace).start()
 }
 
 /// The user's objects the playbook reads, and one it does not.
@@ -74,19 +52,54 @@ where
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 
-/// The CR's latest run record.
-async fn latest_record(client: &kube::Client, namespace: &str, uid: &str) -> Option<Value> {
+/// The CR's run records, oldest first.
+async fn records(client: &kube::Client, namespace: &str, uid: &str) -> Result<Vec<Value>, String> {
     let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
-    let runs: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"),
-    );
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "ansibleruns");
+    let runs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
     let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
-    let mut items: Vec<Value> =
-        runs.list(&params).await.ok()?.items.into_iter().map(|o| serde_json::to_value(o).unwrap()).collect();
-    items.sort_by_key(|r| r["spec"]["startTime"].as_str().unwrap_or_default().to_string());
-    items.pop()
+    let list = runs.list(&params).await.map_err(|e| e.to_string())?;
+    let mut items: Vec<Value> = list.items.into_iter().map(|o| serde_json::to_value(o).unwrap()).collect();
+    items.sort_by_key(|r| r["spec"]["startTime"].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()));
+    Ok(items)
+}
+
+/// How many of the records are re-runs because the object `name` changed.
+fn reruns_for(records: &[Value], name: &str) -> usize {
+    records
+        .iter()
+        .filter(|r| {
+            let trigger = &r["spec"]["trigger"];
+            trigger["reason"] == "DependentChanged" && trigger["dependent"]["name"] == name
+        })
+        .count()
+}
+
+/// Waits until the CR has `count` re-runs because `name` changed, within `within`; on timeout says
+/// what the records and the operator's log show.
+async fn wait_for_reruns(
+    client: &kube::Client,
+    namespace: &str,
+    uid: &str,
+    name: &str,
+    count: usize,
+    operator: &Operator,
+) {
+    let what = format!("{count} re-runs of the CR because {name} changed");
+    support::wait_for(&what, SOON, || async {
+        let records = records(client, namespace, uid).await?;
+        if reruns_for(&records, name) >= count {
+            return Ok(Ok(()));
+        }
+        let triggers: Vec<&Value> = records.iter().map(|r| &r["spec"]["trigger"]).collect();
+        let log = operator.log();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("runs read") || l.contains("run record") || l.contains("reconcile failed"))
+            .collect();
+        Ok(Err(format!("triggers {triggers:?}; operator: {lines:?}")))
+    })
+    .await
 }
 
 /// Waits until the operator watches the ConfigMap and the Secret the run read.
@@ -99,7 +112,7 @@ async fn wait_for_read_watches(operator: &Operator) {
     })
     .await;
     // The watches list before they see changes: give the two narrowed lists a moment.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
 }
 
 #[tokio::test]
@@ -107,61 +120,68 @@ async fn with_watch_read_resources_a_cr_reruns_when_a_configmap_or_secret_it_rea
 {
     let Test { client, ns, api } = Test::setup("read-set").kind(GROUP, KIND).run_records().build().await;
     let (config_maps, secrets) = user_objects(&client, &ns.name).await;
-    let Running { operator, port } = start(&ns.name, "  watchReadResources: true\n");
+    let operator = start(&ns.name, "  watchReadResources: true\n");
     let created = support::create_cr(&api, GROUP, KIND, "reader", json!({})).await;
     let uid = created.metadata.uid.clone().unwrap();
-    wait_for_runs(port, 1, WAIT).await;
 
-    let record = support::wait_for("a run record listing what the run read", WAIT, || async {
-        let record = latest_record(&client, &ns.name, &uid).await.ok_or("no record yet")?;
-        let reads = record["spec"]["reads"].as_array().cloned().unwrap_or_default();
+    let reads = support::wait_for("a run record listing what the run read", WAIT, || async {
+        let records = records(&client, &ns.name, &uid).await?;
+        let reads = records.first().and_then(|r| r["spec"]["reads"].as_array().cloned()).unwrap_or_default();
         Ok(if reads.len() >= 2 { Ok(reads) } else { Err(format!("reads {reads:?}")) })
     })
     .await;
-    let named: Vec<(&str, &str)> = record
+    let named: Vec<(&str, &str)> = reads
         .iter()
         .map(|r| (r["kind"].as_str().unwrap_or_default(), r["name"].as_str().unwrap_or_default()))
         .collect();
-    assert!(named.contains(&("ConfigMap", "settings")) && named.contains(&("Secret", "creds")), "{record:?}");
-    assert!(record.iter().all(|r| r["verb"] == "get" && r["namespace"] == ns.name.as_str()), "{record:?}");
-    assert!(!serde_json::to_string(&record).unwrap().contains("one"), "no Secret value in the record");
+    assert!(named.contains(&("ConfigMap", "settings")) && named.contains(&("Secret", "creds")), "{reads:?}");
+    assert!(reads.iter().all(|r| r["verb"] == "get" && r["namespace"] == ns.name.as_str()), "{reads:?}");
+    assert!(!serde_json::to_string(&reads).unwrap().contains("one"), "no Secret value in the record");
 
     wait_for_read_watches(&operator).await;
-    let before = runs(port);
     merge(&config_maps, "settings", json!({"data": {"level": "2"}})).await;
-    wait_for_runs(port, before + 1, SOON).await;
-    support::wait_for("the re-run's record naming the ConfigMap", WAIT, || async {
-        let record = latest_record(&client, &ns.name, &uid).await.ok_or("no record")?;
-        let trigger = &record["spec"]["trigger"];
-        let named = trigger["reason"] == "DependentChanged" && trigger["dependent"]["name"] == "settings";
-        Ok(named.then_some(()).ok_or(format!("trigger {trigger}")))
-    })
-    .await;
+    wait_for_reruns(&client, &ns.name, &uid, "settings", 1, &operator).await;
 
-    let before = runs(port);
+    let before = records(&client, &ns.name, &uid).await.unwrap();
     merge(&config_maps, "unrelated", json!({"data": {"level": "2"}})).await;
     merge(&config_maps, "settings", json!({"metadata": {"annotations": {"note": "only metadata"}}})).await;
     tokio::time::sleep(QUIET).await;
-    assert_eq!(runs(port), before, "an unrelated ConfigMap or an annotation re-ran the CR");
+    let after = records(&client, &ns.name, &uid).await.unwrap();
+    assert_eq!(reruns_for(&after, "unrelated"), 0, "an unrelated ConfigMap re-ran the CR");
+    assert_eq!(
+        reruns_for(&after, "settings"),
+        reruns_for(&before, "settings"),
+        "an annotation re-ran the CR"
+    );
 
     merge(&secrets, "creds", json!({"stringData": {"password": "two"}})).await;
-    wait_for_runs(port, before + 1, SOON).await;
-    drop(operator);
+    wait_for_reruns(&client, &ns.name, &uid, "creds", 1, &operator).await;
 }
 
 #[tokio::test]
 async fn without_watch_read_resources_nothing_reruns_when_what_it_read_changes() {
-    let Test { client, ns, api } = Test::setup("read-set-off").kind(GROUP, KIND).build().await;
+    let Test { client, ns, api } = Test::setup("read-set-off").kind(GROUP, KIND).run_records().build().await;
     let (config_maps, secrets) = user_objects(&client, &ns.name).await;
-    let Running { operator, port } = start(&ns.name, "");
-    support::create_cr(&api, GROUP, KIND, "reader", json!({})).await;
-    wait_for_runs(port, 1, WAIT).await;
+    let operator = start(&ns.name, "");
+    let created = support::create_cr(&api, GROUP, KIND, "reader", json!({})).await;
+    let uid = created.metadata.uid.clone().unwrap();
     support::wait_for_condition(&api, "reader", "Successful", "True", WAIT).await;
+    let first = support::wait_for("the first run's record", WAIT, || async {
+        let records = records(&client, &ns.name, &uid).await?;
+        Ok(records.first().cloned().ok_or_else(|| "no record yet".to_string()))
+    })
+    .await;
+    assert_eq!(
+        first["spec"]["reads"].as_array().map(Vec::len),
+        Some(2),
+        "reads are recorded without the key"
+    );
 
-    let before = runs(port);
     merge(&config_maps, "settings", json!({"data": {"level": "2"}})).await;
     merge(&secrets, "creds", json!({"stringData": {"password": "two"}})).await;
     tokio::time::sleep(QUIET).await;
-    assert_eq!(runs(port), before, "a CR re-ran without watchReadResources");
+    let records = records(&client, &ns.name, &uid).await.unwrap();
+    let reruns = reruns_for(&records, "settings") + reruns_for(&records, "creds");
+    assert_eq!(reruns, 0, "a CR re-ran without watchReadResources");
     assert!(!operator.log().contains("watching what runs read"), "{}", operator.log());
 }

@@ -52,11 +52,8 @@ impl Grant {
         let same = |known: &Read| Read { kind: None, ..known.clone() } == Read { kind: None, ..read.clone() };
         let count = reads.len();
         match reads.iter_mut().find(|known| same(known)) {
-            Some(known) => {
-                if known.kind.is_none() {
-                    known.kind = read.kind;
-                }
-            }
+            Some(known) if known.kind.is_none() => known.kind = read.kind,
+            Some(_) => {}
             None if count < MAX_READS => reads.push(read),
             None => {}
         }
