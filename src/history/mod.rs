@@ -63,6 +63,8 @@ pub struct History {
     /// Where the access reviews ask (the watched namespaces, or all).
     scopes: Vec<Option<String>>,
     state: Mutex<State>,
+    /// Whether the warning about a CRD without `spec.reads` was given.
+    told_old_crd: std::sync::atomic::AtomicBool,
 }
 
 /// Where records go now, and those kept in memory meanwhile.
@@ -87,7 +89,13 @@ impl History {
         announce(availability::tell(None, &store));
         let gvk = GroupVersionKind::gvk(record::GROUP, record::VERSION, record::KIND);
         let resource = ApiResource::from_gvk_with_plural(&gvk, record::PLURAL);
-        History { client, resource, scopes, state: Mutex::new(State { store, memory: Memory::default() }) }
+        History {
+            client,
+            resource,
+            scopes,
+            state: Mutex::new(State { store, memory: Memory::default() }),
+            told_old_crd: Default::default(),
+        }
     }
 
     /// While records are kept in memory, looks again every [`availability::RECHECK`] and moves to
@@ -205,13 +213,26 @@ impl History {
             Some(()) => {}
             None => {
                 let params = kube::api::PatchParams::apply(kubeapi::FIELD_MANAGER).force();
-                with_timeout(self.api(namespace).patch(
-                    &record.object_name(),
-                    &params,
-                    &Patch::Apply(&manifest),
-                ))
-                .await
-                .map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
+                let api = self.api(namespace);
+                let name = record.object_name();
+                let mut written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
+                if let Err(error) = &written
+                    && lacks_reads(error)
+                {
+                    // A CRD older than the operator (upgraded first): the record without its reads.
+                    if !self.told_old_crd.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        tracing::warn!(
+                            "the AnsibleRun CRD is older than the operator: run records are written without \
+                             their reads (apply deploy/history/ansible-operator.dev_ansibleruns.yaml)"
+                        );
+                    }
+                    let mut manifest = manifest.clone();
+                    if let Some(spec) = manifest["spec"].as_object_mut() {
+                        spec.remove("reads");
+                    }
+                    written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
+                }
+                written.map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
                 self.prune(&record.owner.uid, namespace, limit).await?;
             }
         }
@@ -306,4 +327,31 @@ fn start_time(run: &Value) -> Option<jiff::Timestamp> {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether a record write was refused because the installed CRD does not declare `spec.reads` (the
+/// API server's server-side apply answer for a field its schema lacks).
+fn lacks_reads(error: &kubeapi::Error) -> bool {
+    let message = crate::logging::error_chain(error);
+    message.contains(".spec.reads") && message.contains("field not declared in schema")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(message: &str) -> kubeapi::Error {
+        let status = kube::core::Status::failure(message, "").with_code(500);
+        kubeapi::Error::Kube(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn only_a_crd_without_reads_in_its_schema_drops_the_reads_from_a_record() {
+        assert!(lacks_reads(&refused(
+            "failed to create typed patch object (ns/r-1; ansible-operator.dev/v1alpha1, Kind=AnsibleRun): \
+             .spec.reads: field not declared in schema"
+        )));
+        assert!(!lacks_reads(&refused(".spec.other: field not declared in schema")));
+        assert!(!lacks_reads(&kubeapi::Error::Timeout(std::time::Duration::from_secs(1))));
+    }
 }

@@ -279,6 +279,20 @@ pub(crate) mod tests {
     use super::*;
     use crate::outcome::TaskStatus;
 
+    /// A GET of a core object in namespace `ns`.
+    pub(crate) fn read(resource: &str, kind: Option<&str>, name: &str) -> Read {
+        Read {
+            group: String::new(),
+            version: "v1".into(),
+            resource: resource.into(),
+            kind: kind.map(Into::into),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            label_selector: None,
+            field_selector: None,
+        }
+    }
+
     pub(crate) fn record() -> RunRecord {
         RunRecord {
             ident: "123".into(),
@@ -317,16 +331,7 @@ pub(crate) mod tests {
                 namespace: Some("ns".into()),
                 name: "c".into(),
             }],
-            reads: vec![Read {
-                group: String::new(),
-                version: "v1".into(),
-                resource: "configmaps".into(),
-                kind: Some("ConfigMap".into()),
-                namespace: Some("ns".into()),
-                name: Some("settings".into()),
-                label_selector: None,
-                field_selector: None,
-            }],
+            reads: vec![read("configmaps", Some("ConfigMap"), "settings")],
             log: Some("/r/artifacts/123/stdout".into()),
             shard: None,
         }

@@ -148,16 +148,7 @@ mod tests {
     }
 
     fn get(name: &str, kind: Option<&str>) -> Read {
-        Read {
-            group: String::new(),
-            version: "v1".into(),
-            resource: "configmaps".into(),
-            kind: kind.map(Into::into),
-            namespace: Some("ns".into()),
-            name: Some(name.into()),
-            label_selector: None,
-            field_selector: None,
-        }
+        crate::history::record::tests::read("configmaps", kind, name)
     }
 
     #[test]

@@ -301,16 +301,7 @@ mod tests {
     }
 
     fn get(resource: &str, name: &str) -> Read {
-        Read {
-            group: String::new(),
-            version: "v1".into(),
-            resource: resource.into(),
-            kind: None,
-            namespace: Some("ns".into()),
-            name: Some(name.into()),
-            label_selector: None,
-            field_selector: None,
-        }
+        crate::history::record::tests::read(resource, None, name)
     }
 
     fn list(resource: &str, labels: Option<&str>, fields: Option<&str>) -> Read {

@@ -129,16 +129,7 @@ mod tests {
         );
         assert_eq!(
             got,
-            Some(Read {
-                group: String::new(),
-                version: "v1".into(),
-                resource: "configmaps".into(),
-                kind: Some("ConfigMap".into()),
-                namespace: Some("ns".into()),
-                name: Some("settings".into()),
-                label_selector: None,
-                field_selector: None,
-            })
+            Some(crate::history::record::tests::read("configmaps", Some("ConfigMap"), "settings"))
         );
     }
 
