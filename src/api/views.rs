@@ -107,7 +107,7 @@ fn latest_condition(object: &Value) -> Option<&Value> {
         .max_by_key(|c| c["lastTransitionTime"].as_str().unwrap_or_default().to_string())
 }
 
-/// A run record without its tasks and objects.
+/// A run record without its tasks, objects and reads (their counts instead).
 pub fn run_summary(record: &Value) -> Value {
     let mut run = run_detail(record);
     if let Some(run) = run.as_object_mut() {
@@ -118,6 +118,8 @@ pub fn run_summary(record: &Value) -> Value {
             json!(tasks + run.get("tasksOmitted").and_then(Value::as_u64).unwrap_or(0) as usize),
         );
         run.insert("objectCount".into(), json!(objects));
+        let reads = run.remove("reads").and_then(|r| r.as_array().map(Vec::len)).unwrap_or(0);
+        run.insert("readCount".into(), json!(reads));
     }
     run
 }
@@ -200,7 +202,13 @@ mod tests {
     }
 
     #[test]
-    fn a_run_detail_keeps_tasks_and_objects() {
+    fn a_run_detail_keeps_tasks_objects_and_reads_and_a_summary_counts_them() {
+        let mut with_reads = record("a-1");
+        with_reads["spec"]["reads"] = json!([{"verb": "get", "resource": "configmaps", "name": "settings"}]);
+        assert_eq!(run_detail(&with_reads)["reads"][0]["name"], "settings");
+        let summary = run_summary(&with_reads);
+        assert_eq!(summary["readCount"], 1);
+        assert!(summary.get("reads").is_none());
         let run = run_detail(&record("a-1"));
         assert_eq!(run["tasks"].as_array().unwrap().len(), 2);
         assert_eq!(run["objects"][0]["verb"], "create");

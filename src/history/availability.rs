@@ -174,14 +174,34 @@ async fn allowed(
     subresource: &str,
     verb: &str,
 ) -> Result<bool, kubeapi::Error> {
+    may(client, Access { group: GROUP, resource: PLURAL, subresource, verb, namespace }).await
+}
+
+/// One right on a resource, as an access review asks about it.
+#[derive(Debug, Clone, Copy)]
+pub struct Access<'a> {
+    /// API group ("" for the core group).
+    pub group: &'a str,
+    /// Resource (plural).
+    pub resource: &'a str,
+    /// Subresource ("" for none).
+    pub subresource: &'a str,
+    /// Verb.
+    pub verb: &'a str,
+    /// Namespace (`None`: all namespaces).
+    pub namespace: Option<&'a str>,
+}
+
+/// Whether the operator has `access`, asked with a `SelfSubjectAccessReview`.
+pub async fn may(client: &Client, access: Access<'_>) -> Result<bool, kubeapi::Error> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
-                group: Some(GROUP.into()),
-                resource: Some(PLURAL.into()),
-                subresource: (!subresource.is_empty()).then(|| subresource.to_string()),
-                verb: Some(verb.into()),
-                namespace: namespace.map(str::to_string),
+                group: Some(access.group.into()),
+                resource: Some(access.resource.into()),
+                subresource: (!access.subresource.is_empty()).then(|| access.subresource.to_string()),
+                verb: Some(access.verb.into()),
+                namespace: access.namespace.map(str::to_string),
                 ..ResourceAttributes::default()
             }),
             ..SelfSubjectAccessReviewSpec::default()

@@ -24,7 +24,7 @@ use availability::{Store, Tell};
 pub use ledger::Ledger;
 pub use live::LiveRuns;
 use memory::Memory;
-pub use record::{RunRecord, Touched};
+pub use record::{Read, RunRecord, Touched};
 pub use trigger::Trigger;
 
 /// Why the history could not be written or read.
@@ -63,6 +63,8 @@ pub struct History {
     /// Where the access reviews ask (the watched namespaces, or all).
     scopes: Vec<Option<String>>,
     state: Mutex<State>,
+    /// Whether the warning about a CRD without `spec.input` or `spec.reads` was given.
+    told_old_crd: std::sync::atomic::AtomicBool,
 }
 
 /// Where records go now, and those kept in memory meanwhile.
@@ -87,7 +89,13 @@ impl History {
         announce(availability::tell(None, &store));
         let gvk = GroupVersionKind::gvk(record::GROUP, record::VERSION, record::KIND);
         let resource = ApiResource::from_gvk_with_plural(&gvk, record::PLURAL);
-        History { client, resource, scopes, state: Mutex::new(State { store, memory: Memory::default() }) }
+        History {
+            client,
+            resource,
+            scopes,
+            state: Mutex::new(State { store, memory: Memory::default() }),
+            told_old_crd: Default::default(),
+        }
     }
 
     /// While records are kept in memory, looks again every [`availability::RECHECK`] and moves to
@@ -207,22 +215,24 @@ impl History {
                 let params = kube::api::PatchParams::apply(kubeapi::FIELD_MANAGER).force();
                 let api = self.api(namespace);
                 let name = record.object_name();
-                let written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
-                let written = match written {
-                    // An AnsibleRun CRD from before records kept their inputs: the record without them.
-                    Err(error) if error.to_string().contains(".spec.input: field not declared") => {
+                let mut written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
+                let undeclared = written.as_ref().err().map(undeclared).unwrap_or_default();
+                if !undeclared.is_empty() {
+                    // A CRD older than the operator (upgraded first): the record without those fields.
+                    if !self.told_old_crd.swap(true, std::sync::atomic::Ordering::Relaxed) {
                         tracing::warn!(
+                            fields = ?undeclared,
                             install = availability::INSTALL,
-                            "the AnsibleRun CRD predates spec.input: run records are kept without their inputs (replay --run needs them); update the CRD"
+                            "the AnsibleRun CRD is older than the operator: run records are written without \
+                             these fields (replay --run needs spec.input); update the CRD"
                         );
-                        let mut manifest = manifest;
-                        if let Some(spec) = manifest["spec"].as_object_mut() {
-                            spec.remove("input");
-                        }
-                        with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await
                     }
-                    written => written,
-                };
+                    let mut manifest = manifest.clone();
+                    if let Some(spec) = manifest["spec"].as_object_mut() {
+                        undeclared.iter().for_each(|field| _ = spec.remove(*field));
+                    }
+                    written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
+                }
                 written.map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
                 self.prune(&record.owner.uid, namespace, limit).await?;
             }
@@ -318,4 +328,38 @@ fn start_time(run: &Value) -> Option<jiff::Timestamp> {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The fields of a record's `spec` newer than the CRD [`record`] was refused by: the API server's
+/// server-side apply answer names each field its schema lacks.
+fn undeclared(error: &kubeapi::Error) -> Vec<&'static str> {
+    let message = crate::logging::error_chain(error);
+    if !message.contains("field not declared in schema") {
+        return Vec::new();
+    }
+    ["input", "reads"].into_iter().filter(|field| message.contains(&format!(".spec.{field}:"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(message: &str) -> kubeapi::Error {
+        let status = kube::core::Status::failure(message, "").with_code(500);
+        kubeapi::Error::Kube(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn only_the_fields_a_crd_lacks_are_dropped_from_a_record() {
+        let prefix =
+            "failed to create typed patch object (ns/r-1; ansible-operator.dev/v1alpha1, Kind=AnsibleRun): ";
+        let reads = format!("{prefix}.spec.reads: field not declared in schema");
+        assert_eq!(undeclared(&refused(&reads)), ["reads"]);
+        let both = format!(
+            "{prefix}.spec.input: field not declared in schema, .spec.reads: field not declared in schema"
+        );
+        assert_eq!(undeclared(&refused(&both)), ["input", "reads"]);
+        assert!(undeclared(&refused(".spec.other: field not declared in schema")).is_empty());
+        assert!(undeclared(&kubeapi::Error::Timeout(std::time::Duration::from_secs(1))).is_empty());
+    }
 }

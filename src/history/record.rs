@@ -1,9 +1,9 @@
 //! The record of one run, and the `AnsibleRun` object that stores it: which CR, why, on which
-//! executor, when, how it ended, its tasks and the objects it wrote, and the CR as the run saw it
-//! (what `ansible-operator replay --run` rebuilds the run's inputs from; a CR is no Secret, and
-//! whoever may read the record's CR may read it). Never extra vars, task arguments or results:
-//! they may hold secrets. Failure messages are kept as Ansible reports them (`no_log` already
-//! hides what it must).
+//! executor, when, how it ended, its tasks, the objects it wrote and those it read, and the CR as
+//! the run saw it (what `ansible-operator replay --run` rebuilds the run's inputs from; a CR is no
+//! Secret, and whoever may read the record's CR may read it). Never extra vars, task arguments or
+//! results: they may hold secrets. Failure messages are kept as Ansible reports them (`no_log`
+//! already hides what it must).
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -42,6 +42,49 @@ pub struct Touched {
     pub namespace: Option<String>,
     /// Name.
     pub name: String,
+}
+
+/// An object (a GET) or a set of objects (a LIST) a run read through the proxy and does not own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Read {
+    /// API group ("" for the core group).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (plural), e.g. `configmaps`.
+    pub resource: String,
+    /// The kind, when the answer named it (a GET that found the object).
+    pub kind: Option<String>,
+    /// Namespace; `None` for cluster-scoped objects or a LIST across all namespaces.
+    pub namespace: Option<String>,
+    /// The object's name; `None` for a LIST.
+    pub name: Option<String>,
+    /// A LIST's `labelSelector`.
+    pub label_selector: Option<String>,
+    /// A LIST's `fieldSelector`.
+    pub field_selector: Option<String>,
+}
+
+impl Read {
+    /// The read as the run record and the API show it.
+    pub fn manifest(&self) -> Value {
+        let verb = if self.name.is_some() { "get" } else { "list" };
+        let mut read = json!({"verb": verb, "resource": self.resource, "version": self.version});
+        let optional = [
+            ("group", Some(&self.group).filter(|g| !g.is_empty())),
+            ("kind", self.kind.as_ref()),
+            ("namespace", self.namespace.as_ref()),
+            ("name", self.name.as_ref()),
+            ("labelSelector", self.label_selector.as_ref()),
+            ("fieldSelector", self.field_selector.as_ref()),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                read[key] = json!(value);
+            }
+        }
+        read
+    }
 }
 
 /// How a run ended.
@@ -180,6 +223,8 @@ pub struct RunRecord {
     pub tasks_omitted: usize,
     /// Objects written through the proxy.
     pub objects: Vec<Touched>,
+    /// Objects read through the proxy that the run does not own (its read-set).
+    pub reads: Vec<Read>,
     /// The run's output, while its artifacts exist.
     pub log: Option<String>,
     /// The CR as the main run saw it; `None` when no main run started.
@@ -250,6 +295,7 @@ impl RunRecord {
             "result": result_name(self.result),
             "tasks": tasks,
             "objects": objects,
+            "reads": self.reads.iter().map(Read::manifest).collect::<Vec<Value>>(),
         });
         if let Some(stats) = &self.stats {
             spec["ansibleResult"] = json!({"ok": stats.ok, "changed": stats.changed, "skipped": stats.skipped, "failures": stats.failures});
@@ -305,6 +351,20 @@ pub(crate) mod tests {
     use super::*;
     use crate::outcome::TaskStatus;
 
+    /// A GET of a core object in namespace `ns`.
+    pub(crate) fn read(resource: &str, kind: Option<&str>, name: &str) -> Read {
+        Read {
+            group: String::new(),
+            version: "v1".into(),
+            resource: resource.into(),
+            kind: kind.map(Into::into),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            label_selector: None,
+            field_selector: None,
+        }
+    }
+
     pub(crate) fn record() -> RunRecord {
         RunRecord {
             ident: "123".into(),
@@ -343,10 +403,37 @@ pub(crate) mod tests {
                 namespace: Some("ns".into()),
                 name: "c".into(),
             }],
+            reads: vec![read("configmaps", Some("ConfigMap"), "settings")],
             log: Some("/r/artifacts/123/stdout".into()),
             input: None,
             shard: None,
         }
+    }
+
+    #[test]
+    fn the_manifest_lists_what_the_run_read_with_a_lists_selectors() {
+        let mut record = record();
+        record.reads.push(Read {
+            group: "apps".into(),
+            version: "v1".into(),
+            resource: "deployments".into(),
+            kind: None,
+            namespace: None,
+            name: None,
+            label_selector: Some("app=web".into()),
+            field_selector: Some("metadata.name!=x".into()),
+        });
+        let reads = &record.manifest()["spec"]["reads"];
+        assert_eq!(
+            reads[0],
+            json!({"verb": "get", "resource": "configmaps", "version": "v1", "kind": "ConfigMap",
+                   "namespace": "ns", "name": "settings"})
+        );
+        assert_eq!(
+            reads[1],
+            json!({"verb": "list", "resource": "deployments", "version": "v1", "group": "apps",
+                   "labelSelector": "app=web", "fieldSelector": "metadata.name!=x"})
+        );
     }
 
     #[test]

@@ -29,6 +29,12 @@ pub enum Handling {
         /// What the request is about.
         info: RequestInfo,
     },
+    /// A LIST of objects (a GET of a collection, not a watch): passed through, and recorded as a
+    /// read of the run.
+    List {
+        /// What the request is about.
+        info: RequestInfo,
+    },
     /// Another write the run history records: a patch, a delete, a write of status.
     Record {
         /// What the request is about.
@@ -36,7 +42,7 @@ pub enum Handling {
         /// The verb the run history records it under.
         verb: &'static str,
     },
-    /// Everything else (lists, watches, discovery, logs): passed through untouched.
+    /// Everything else (watches, discovery, logs): passed through untouched.
     Pass,
 }
 
@@ -54,6 +60,9 @@ pub fn classify(method: &Method, headers: &HeaderMap, uri: &Uri, link: bool) -> 
     }
     if *method == Method::GET && info.name.is_some() && single_read(&info, uri.query().unwrap_or_default()) {
         return Handling::ReadBack { info };
+    }
+    if *method == Method::GET && info.name.is_none() && single_read(&info, uri.query().unwrap_or_default()) {
+        return Handling::List { info };
     }
     match verb {
         Some(verb) => Handling::Record { info, verb },
@@ -118,7 +127,7 @@ fn object_write(method: &Method, headers: &HeaderMap, info: &RequestInfo) -> Opt
     }
 }
 
-/// Single-object GETs of the object itself (not watches, not subresources such as logs).
+/// GETs of objects themselves (not watches, not subresources such as logs).
 fn single_read(info: &RequestInfo, query: &str) -> bool {
     info.subresource.is_none() && !query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1")
 }
@@ -225,12 +234,17 @@ mod tests {
     }
 
     #[test]
-    fn a_get_of_one_object_is_read_back_and_a_watch_or_list_passes() {
+    fn a_get_of_one_object_is_read_back_a_list_is_a_list_and_a_watch_passes() {
         let path = "/api/v1/namespaces/ns/configmaps/c";
         assert_eq!(classified(Method::GET, "", path), Handling::ReadBack { info: info(path) });
         let watch = "/api/v1/namespaces/ns/configmaps/c?watch=1";
         assert_eq!(classified(Method::GET, "", watch), Handling::Pass);
-        assert_eq!(classified(Method::GET, "", "/api/v1/namespaces/ns/configmaps"), Handling::Pass);
+        let list = "/api/v1/namespaces/ns/configmaps";
+        assert_eq!(classified(Method::GET, "", list), Handling::List { info: info(list) });
+        assert_eq!(
+            classified(Method::GET, "", "/api/v1/namespaces/ns/configmaps?watch=true"),
+            Handling::Pass
+        );
         assert_eq!(classified(Method::GET, "", "/api/v1/namespaces/ns/pods/p/log"), Handling::Pass);
     }
 

@@ -2,11 +2,11 @@
 //! the CR the run acts for. A token is valid only while its run lasts.
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::Read as _;
 use std::sync::{Arc, Mutex};
 
 use super::owner::Owner;
-use crate::history::Touched;
+use crate::history::{Read, Touched};
 use crate::mask::Secrets;
 use crate::watches::Gvk;
 
@@ -25,10 +25,15 @@ pub struct Grant {
     pub touched: Mutex<Vec<Touched>>,
     /// The values of the Secrets the run read or wrote, masked in its output.
     pub secrets: Arc<Secrets>,
+    /// Objects the run read and does not own, once each (the first [`MAX_READS`]).
+    pub reads: Mutex<Vec<Read>>,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
 pub const MAX_TOUCHED: usize = 200;
+
+/// Distinct reads of one run recorded; later ones are dropped.
+pub const MAX_READS: usize = 200;
 
 impl Grant {
     /// Records a write, up to [`MAX_TOUCHED`].
@@ -42,6 +47,37 @@ impl Grant {
     /// The writes recorded so far.
     pub fn writes(&self) -> Vec<Touched> {
         self.touched.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records a read, once, up to [`MAX_READS`]. A later GET that found the object adds its kind.
+    pub fn read(&self, read: Read) {
+        let mut reads = self.reads.lock().unwrap_or_else(|p| p.into_inner());
+        let same = |known: &Read| Read { kind: None, ..known.clone() } == Read { kind: None, ..read.clone() };
+        let count = reads.len();
+        match reads.iter_mut().find(|known| same(known)) {
+            Some(known) if known.kind.is_none() => known.kind = read.kind,
+            Some(_) => {}
+            None if count < MAX_READS => reads.push(read),
+            None => {}
+        }
+    }
+
+    /// The run's read-set: what it read, less the objects it wrote itself (a run that reads what it
+    /// writes would otherwise re-run on its own writes).
+    pub fn read_set(&self) -> Vec<Read> {
+        let writes = self.writes();
+        let reads = self.reads.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        reads
+            .into_iter()
+            .filter(|read| {
+                !writes.iter().any(|write| {
+                    write.group == read.group
+                        && write.namespace == read.namespace
+                        && read.name.as_deref() == Some(write.name.as_str())
+                        && read.kind.as_deref().is_none_or(|kind| kind == write.kind)
+                })
+            })
+            .collect()
     }
 }
 
@@ -111,7 +147,33 @@ mod tests {
             blacklist: Vec::new(),
             touched: Mutex::default(),
             secrets: Arc::default(),
+            reads: Mutex::default(),
         }
+    }
+
+    fn get(name: &str, kind: Option<&str>) -> Read {
+        crate::history::record::tests::read("configmaps", kind, name)
+    }
+
+    #[test]
+    fn reads_are_recorded_once_and_the_objects_the_run_wrote_are_left_out() {
+        let grant = grant();
+        grant.read(get("settings", None));
+        grant.read(get("settings", Some("ConfigMap")));
+        grant.read(get("settings", None));
+        grant.read(get("generated", Some("ConfigMap")));
+        grant.touched(Touched {
+            verb: "patch",
+            kind: "ConfigMap".into(),
+            group: String::new(),
+            namespace: Some("ns".into()),
+            name: "generated".into(),
+        });
+        assert_eq!(grant.read_set(), vec![get("settings", Some("ConfigMap"))]);
+        for i in 0..MAX_READS + 5 {
+            grant.read(get(&i.to_string(), None));
+        }
+        assert_eq!(grant.reads.lock().unwrap().len(), MAX_READS);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 
 use super::owner::{PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE};
 use crate::history::Ledger;
+use crate::history::ledger::CrKey;
 use crate::history::trigger::Dependent;
 use crate::watch_errors::WatchErrors;
 
@@ -152,11 +153,18 @@ impl Dependents {
                     namespace: object.namespace(),
                     name: object.name_any(),
                 };
-                let owner = (kind.0.clone(), kind.1.clone(), namespace.clone(), name.clone());
-                self.ledger.dependent_changed(owner, dependent);
-                self.trigger(&kind, &name, namespace.as_deref());
+                self.reconcile_owner((kind.0, kind.1, namespace, name), dependent);
             }
         }
+    }
+
+    /// Reconciles a CR because `changed` (an object it depends on) changed: the CR's next run learns
+    /// why from the ledger.
+    pub fn reconcile_owner(&self, owner: CrKey, changed: Dependent) {
+        let (group, kind, namespace, name) = owner;
+        self.ledger
+            .dependent_changed((group.clone(), kind.clone(), namespace.clone(), name.clone()), changed);
+        self.trigger(&(group, kind), &name, namespace.as_deref());
     }
 
     fn trigger(&self, kind: &OwnerKind, name: &str, namespace: Option<&str>) {

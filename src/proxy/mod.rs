@@ -10,6 +10,9 @@ pub mod credentials;
 pub mod dependents;
 pub mod kubeconfig;
 pub mod owner;
+pub mod read_index;
+pub mod read_watches;
+pub mod reads;
 pub mod request_info;
 pub mod secrets;
 pub mod wire;
@@ -35,6 +38,7 @@ use classify::{Handling, Settle, classify, settle};
 use credentials::{Credentials, Grant};
 use dependents::Dependents;
 use owner::{Link, Ownership, Prior, Write};
+use read_watches::ReadWatches;
 use request_info::RequestInfo;
 use wire::{Body, ProxyError, box_body, collect, full, status};
 
@@ -65,6 +69,8 @@ pub struct Proxy {
     client: Client,
     credentials: Arc<Credentials>,
     children: Children,
+    /// Re-runs of CRs whose reads changed; `None` with `--inject-owner-ref=false` (no owner routes).
+    read_watches: Option<Arc<ReadWatches>>,
     port: u16,
     /// Permits for [`MAX_CONNECTIONS`].
     connections: Arc<tokio::sync::Semaphore>,
@@ -82,9 +88,15 @@ impl Proxy {
             .map_err(|source| Error::Listen { port, source })?;
         let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
         let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let read_watches = dependents.clone().map(|dependents| ReadWatches::new(client.clone(), dependents));
         let children = Children::new(client.clone(), dependents);
-        let proxy = Proxy { client, credentials: Arc::default(), children, port, connections };
+        let proxy = Proxy { client, credentials: Arc::default(), children, read_watches, port, connections };
         Ok((Arc::new(proxy), listener))
+    }
+
+    /// What re-runs CRs when objects their runs read change; `None` with `--inject-owner-ref=false`.
+    pub fn read_watches(&self) -> Option<&Arc<ReadWatches>> {
+        self.read_watches.as_ref()
     }
 
     /// The port playbooks connect to.
@@ -176,7 +188,20 @@ impl Proxy {
                 let (parts, body) = prepare(request).await?;
                 let response = self.send(&parts, body).await?;
                 tracing::debug!(path = parts.uri.path(), code = response.status().as_u16(), "proxied read");
+                let response = note_read(response, &info, &parts, grant).await?;
                 self.children.read_back(response, &info, grant, parts.uri.path()).await
+            }
+            Handling::List { info } => {
+                let (parts, body) = prepare(request).await?;
+                let response = self.send(&parts, body).await?;
+                let code = response.status();
+                tracing::debug!(path = parts.uri.path(), code = code.as_u16(), "proxied list");
+                // Lists stream through unread (they may be large): the read is kept without its kind.
+                let query = parts.uri.query().unwrap_or_default();
+                if let Some(read) = reads::read_of(&info, query, code, &Value::Null, &grant.owner) {
+                    grant.read(read);
+                }
+                Ok(response.map(box_body))
             }
             Handling::Record { info, verb } => {
                 let (parts, body) = prepare(request).await?;
@@ -325,6 +350,28 @@ impl Proxy {
     }
 }
 
+/// Records a single-object GET in the run's read-set (unless the object is the run's own), and
+/// hands the answer on.
+async fn note_read(
+    response: Response<kube::client::Body>,
+    info: &RequestInfo,
+    parts: &Parts,
+    grant: &Grant,
+) -> Result<Response<kube::client::Body>, ProxyError> {
+    let code = response.status();
+    if !(code.is_success() || code == StatusCode::NOT_FOUND) {
+        return Ok(response);
+    }
+    let (head, body) = response.into_parts();
+    let bytes = collect(body).await?;
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let query = parts.uri.query().unwrap_or_default();
+    if let Some(read) = reads::read_of(info, query, code, &answer, &grant.owner) {
+        grant.read(read);
+    }
+    Ok(Response::from_parts(head, kube::client::Body::from(bytes.to_vec())))
+}
+
 /// Links the object in a create, replace or apply body to the run's CR.
 fn inject(
     body: Bytes,
@@ -396,6 +443,7 @@ mod tests {
             client: client.clone(),
             credentials: Arc::default(),
             children: Children::new(client, None),
+            read_watches: None,
             port: address.port(),
             connections,
         };

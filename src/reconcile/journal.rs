@@ -11,7 +11,7 @@ use super::annotations;
 use super::context::{Context, Error, Next};
 use crate::executor_mode::Executor;
 use crate::history::ledger::CrKey;
-use crate::history::record::{FailedTask, OwnerRef, RunInput, RunRecord, RunResult, Touched};
+use crate::history::record::{FailedTask, OwnerRef, Read, RunInput, RunRecord, RunResult, Touched};
 use crate::history::trigger::{self, Facts, Scheduled, Trigger};
 use crate::history::{History, Latest};
 use crate::logging::error_chain;
@@ -37,6 +37,8 @@ pub struct Journal {
     pub report: Option<runner::Report>,
     /// Objects the runs wrote through the proxy.
     pub writes: Vec<Touched>,
+    /// Objects the runs read through the proxy and do not own.
+    pub reads: Vec<Read>,
     /// The main run's output file.
     pub log: Option<String>,
     /// The CR as the main run saw it, to replay the run.
@@ -133,6 +135,7 @@ pub async fn finish(
         Ok(Next::AwaitChange) | Err(_) => {}
     }
     let (Some(trigger), Some(started)) = (journal.trigger.clone(), journal.started) else { return };
+    follow_reads(ctx, object, &trigger, &journal.reads);
     let record = record(ctx, object, ident, trigger, started, &journal, result);
     write(&ctx.settings.history, ctx, &record, journal.latest.as_ref()).await;
     if let Some(events) = &ctx.settings.events {
@@ -142,6 +145,23 @@ pub async fn finish(
             ..object.object_ref(&ctx.resource)
         };
         events.record(&reference, &crate::history::events::note(&record)).await;
+    }
+}
+
+/// With `watchReadResources`: what this run read replaces what the CR's last run read, so that a
+/// change to it re-runs the CR. A finalizer run's reads are not followed: the CR is going.
+fn follow_reads(ctx: &Context, object: &DynamicObject, trigger: &Trigger, reads: &[Read]) {
+    let Some(read_watches) = ctx.proxy.read_watches() else { return };
+    if !ctx.watch.extensions.watch_read_resources || *trigger == Trigger::Finalizer {
+        return;
+    }
+    read_watches.replace(cr_key(ctx, object), object.uid().unwrap_or_default(), reads.to_vec());
+}
+
+/// A deleted CR's reads are no longer followed.
+pub fn forget_reads(ctx: &Context, object: &DynamicObject) {
+    if let Some(read_watches) = ctx.proxy.read_watches() {
+        read_watches.forget(&cr_key(ctx, object));
     }
 }
 
@@ -208,6 +228,7 @@ fn record(
         tasks: outcome.map(|o| o.tasks.clone()).unwrap_or_default(),
         tasks_omitted: outcome.map_or(0, |o| o.tasks_omitted),
         objects: journal.writes.clone(),
+        reads: journal.reads.clone(),
         log: journal.log.clone(),
         input: journal.input.clone(),
         shard: ctx.settings.sharding.as_ref().map(|membership| membership.shard.clone()),

@@ -45,6 +45,7 @@ pub use context::{Context, Error, Settings};
 pub use cr::key_of;
 use cr::{StatusTarget, api_for};
 use journal::Journal;
+pub use journal::forget_reads;
 use judge::Verdict;
 pub use pace::Pacer;
 pub use paused_crs::PausedCrs;
@@ -164,12 +165,14 @@ fn defer_at_startup(object: &DynamicObject, ctx: &Context, first_look: bool) -> 
     Some(next)
 }
 
-/// Forgets a deleted CR: its first look, its place among the paused CRs, its per-CR series.
+/// Forgets a deleted CR: its first look, its place among the paused CRs, its per-CR series, what
+/// its last run read.
 pub fn forget(ctx: &Context, object: &DynamicObject) {
     let key = key_of(object);
     ctx.seen.forget(&key);
     pause::note(ctx, &key, false);
     ctx.metrics.forget_cr(&cr_ref(ctx, object));
+    journal::forget_reads(ctx, object);
 }
 
 /// The controller's error policy: retry with per-CR exponential backoff.

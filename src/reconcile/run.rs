@@ -68,7 +68,7 @@ pub async fn run(
 }
 
 /// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends. The
-/// objects it wrote and its executor go to the journal.
+/// objects it wrote and read and its executor go to the journal.
 async fn run_ansible(
     ctx: &Context,
     object: &DynamicObject,
@@ -84,6 +84,7 @@ async fn run_ansible(
     drop(live);
     drop(in_flight);
     journal.writes.extend(issued.grant.writes());
+    journal.reads.extend(issued.grant.read_set());
     drop(issued);
     let _ = std::fs::remove_file(kubeconfig);
     if let Ok(report) = &report {
@@ -118,6 +119,7 @@ fn proxy_credential(
         blacklist: watch.blacklist.clone(),
         touched: Default::default(),
         secrets: Default::default(),
+        reads: Default::default(),
     })?;
     crate::runner::fs::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");

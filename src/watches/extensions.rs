@@ -1,6 +1,6 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
 //! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`,
-//! `readyConditions`): read,
+//! `readyConditions`, `watchReadResources`): read,
 //! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
@@ -15,7 +15,7 @@ use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 10] = [
+pub(super) const KEYS: [&str; 11] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -26,6 +26,7 @@ pub(super) const KEYS: [&str; 10] = [
     "trustCRVariables",
     "runTimeout",
     "readyConditions",
+    "watchReadResources",
 ];
 
 const PRECHECK_KEYS: [&str; 2] = ["playbook", "role"];
@@ -78,6 +79,7 @@ pub(super) fn read(
     let trust_cr_variables = fields.boolean("trustCRVariables").map_err(|e| e.at(at))?;
     let run_timeout = run_timeout(fields, at)?;
     let ready_conditions = fields.boolean("readyConditions").map_err(|e| e.at(at))?;
+    let watch_read_resources = fields.boolean("watchReadResources").map_err(|e| e.at(at))?.unwrap_or(false);
     Ok(Extensions {
         inventory,
         ssh_key_secret,
@@ -89,6 +91,7 @@ pub(super) fn read(
         trust_cr_variables,
         run_timeout,
         ready_conditions,
+        watch_read_resources,
     })
 }
 

@@ -214,7 +214,7 @@ fn wrong_value(field: &'static str) -> impl Strategy<Value = Value> {
     wrong.prop_filter("not the value the field takes", |value| !value.is_null())
 }
 
-const TYPED_FIELDS: [&str; 20] = [
+const TYPED_FIELDS: [&str; 21] = [
     "group",
     "version",
     "kind",
@@ -235,6 +235,7 @@ const TYPED_FIELDS: [&str; 20] = [
     "trustCRTemplates",
     "trustCRVariables",
     "readyConditions",
+    "watchReadResources",
 ];
 
 #[test]

@@ -329,6 +329,19 @@ fn extension_keys_are_read_without_warnings() {
 }
 
 #[test]
+fn watch_read_resources_is_off_by_default_and_must_be_a_boolean() {
+    let (_dir, env) = project();
+    assert!(!one(&memcached("  role: memcached\n"), &env).extensions.watch_read_resources);
+    let on = one(&memcached("  role: memcached\n  watchReadResources: true\n"), &env);
+    assert!(on.extensions.watch_read_resources);
+    let message = parse_err(&memcached("  role: memcached\n  watchReadResources: secrets\n"), &env);
+    assert_eq!(
+        message,
+        "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"watchReadResources\": expected a boolean, found \"secrets\""
+    );
+}
+
+#[test]
 fn run_timeout_follows_the_flag_unless_the_watch_sets_one() {
     let (_dir, env) = project();
     let flag = Duration::from_secs(600);

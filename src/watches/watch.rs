@@ -66,6 +66,9 @@ pub struct Extensions {
     /// `readyConditions`: the kstatus conditions `Ready`, `Reconciling` and `Stalled` are written
     /// beside upstream's; `None` follows `--ready-conditions`.
     pub ready_conditions: Option<bool>,
+    /// `watchReadResources`: a CR re-runs when an object its last run read through the proxy (and
+    /// does not own) changes. Off by default, as upstream's contract has it.
+    pub watch_read_resources: bool,
 }
 
 impl Extensions {

@@ -482,7 +482,27 @@ function runFacts(run) {
       h('thead', {}, h('tr', {}, h('th', { text: 'Written' }), h('th', { text: 'Kind' }), h('th', { text: 'Object' }))),
       h('tbody', {}, objects.map((o) => h('tr', {}, h('td', { text: o.verb }),
         h('td', { text: o.group ? `${o.kind}.${o.group}` : o.kind }),
-        h('td', { text: o.namespace ? `${o.namespace}/${o.name}` : o.name }))))) : null);
+        h('td', { text: o.namespace ? `${o.namespace}/${o.name}` : o.name }))))) : null,
+    readsTable(run.reads || []));
+}
+
+/** The objects the run read and does not own: a GET by name, or a LIST with its selectors. */
+function readsTable(reads) {
+  if (!reads.length) return null;
+  const what = (r) => {
+    const kind = r.kind || r.resource;
+    return r.group ? `${kind}.${r.group}` : kind;
+  };
+  const which = (r) => {
+    if (r.name) return r.namespace ? `${r.namespace}/${r.name}` : r.name;
+    const selectors = [r.labelSelector, r.fieldSelector].filter(Boolean).join(', ');
+    const scope = r.namespace ? `all in ${r.namespace}` : 'all namespaces';
+    return selectors ? `${scope} matching ${selectors}` : scope;
+  };
+  return h('table', { class: 'objects reads' },
+    h('thead', {}, h('tr', {}, h('th', { text: 'Read' }), h('th', { text: 'Kind' }), h('th', { text: 'Object' }))),
+    h('tbody', {}, reads.map((r) => h('tr', {}, h('td', { text: r.verb }), h('td', { text: what(r) }),
+      h('td', { text: which(r) })))));
 }
 
 /** Each task as a bar on the run's time axis (tasks run one after another), coloured by status. */
