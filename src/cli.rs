@@ -59,10 +59,6 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub run: Option<String>,
 
-    /// Path to the watches file.
-    #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
-    pub watches_file: std::path::PathBuf,
-
     /// Where to write the input directory (default: `./replay-<name>`). Replaced if it exists.
     #[arg(long)]
     pub output: Option<std::path::PathBuf>,
@@ -72,40 +68,17 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub execute: bool,
 
-    /// Default Ansible verbosity (0-7), as `run`'s.
-    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_VERBOSITY", default_value_t = 2,
-          value_parser = clap::value_parser!(u8).range(0..=7))]
-    pub ansible_verbosity: u8,
-
-    /// Ansible roles path, as `run`'s.
-    #[arg(long, env = "ANSIBLE_ROLES_PATH")]
-    pub ansible_roles_path: Option<String>,
-
-    /// Ansible collections path, as `run`'s.
-    #[arg(long, env = "ANSIBLE_COLLECTIONS_PATH")]
-    pub ansible_collections_path: Option<String>,
-
-    /// Extra arguments for ansible-playbook, as `run`'s.
-    #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_ARGS", default_value = "")]
-    pub ansible_args: String,
-
-    /// Evaluate Jinja templates in CR strings, as `run`'s.
-    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub trust_cr_templates: bool,
+    /// The flags that shape a run, as `run`'s.
+    #[command(flatten)]
+    pub shape: RunShape,
 }
 
-/// Flags of `ansible-operator run`.
+/// The flags that shape a run, the same for `run` and `replay` (names, env vars, defaults).
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub struct RunShape {
     /// Path to the watches file.
     #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
     pub watches_file: std::path::PathBuf,
-
-    /// Inject owner references into objects playbooks create, and watch those kinds.
-    #[arg(long, env = "ANSIBLE_OPERATOR_INJECT_OWNER_REF", default_value = "true", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub inject_owner_ref: bool,
 
     /// Default Ansible verbosity (0-7) for every kind; `ANSIBLE_VERBOSITY_<KIND>_<GROUP>` overrides it.
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_VERBOSITY", default_value_t = 2,
@@ -123,6 +96,25 @@ pub struct RunArgs {
     /// Extra arguments for ansible-playbook, written to the runner's `env/cmdline`.
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_ARGS", default_value = "")]
     pub ansible_args: String,
+
+    /// Evaluate Jinja templates in CR strings, as upstream does (by default a CR string holding
+    /// `{{`, `{%` or `{#` reaches Ansible as unsafe text). A watch's `trustCRTemplates` wins.
+    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub trust_cr_templates: bool,
+}
+
+/// Flags of `ansible-operator run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The flags that shape a run (shared with `replay`).
+    #[command(flatten)]
+    pub shape: RunShape,
+
+    /// Inject owner references into objects playbooks create, and watch those kinds.
+    #[arg(long, env = "ANSIBLE_OPERATOR_INJECT_OWNER_REF", default_value = "true", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub inject_owner_ref: bool,
 
     /// Default requeue period after a successful run (Go duration); `0s` disables periodic runs.
     #[arg(long, env = "ANSIBLE_OPERATOR_RECONCILE_PERIOD", default_value = "10h",
@@ -269,12 +261,6 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR", default_value = "warm", ignore_case = true)]
     pub ansible_executor: crate::executor_mode::Executor,
 
-    /// Evaluate Jinja templates in CR strings, as upstream does (by default a CR string holding
-    /// `{{`, `{%` or `{#` reaches Ansible as unsafe text). A watch's `trustCRTemplates` wins.
-    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub trust_cr_templates: bool,
-
     /// Let spec keys set Ansible's own variables (`ansible_*` such as `ansible_connection`, and
     /// magic names such as `hostvars`), as upstream does. Unsafe: whoever may create a CR then
     /// chooses how and where Ansible runs commands. By default such a CR gets `Failure` and does not
@@ -344,9 +330,9 @@ mod tests {
     #[test]
     fn defaults_match_upstream() {
         let args = run(&[]);
-        assert_eq!(args.watches_file, std::path::PathBuf::from("./watches.yaml"));
+        assert_eq!(args.shape.watches_file, std::path::PathBuf::from("./watches.yaml"));
         assert!(args.inject_owner_ref);
-        assert_eq!(args.ansible_verbosity, 2);
+        assert_eq!(args.shape.ansible_verbosity, 2);
         assert_eq!(args.reconcile_period, Duration::from_secs(10 * 3600));
         assert_eq!(args.proxy_port, 8888);
         assert_eq!(args.metrics_bind_address, ":8443");

@@ -39,9 +39,9 @@ pub(super) fn main(args: ReplayArgs) -> ExitCode {
 
 async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let (env, playbook_env) =
-        wiring::paths_environment(&args.ansible_roles_path, &args.ansible_collections_path)?;
-    let defaults = Defaults { max_concurrent_reconciles: 1, ansible_verbosity: args.ansible_verbosity };
-    let loaded = watches::load(&args.watches_file, &defaults, &env)?;
+        wiring::paths_environment(&args.shape.ansible_roles_path, &args.shape.ansible_collections_path)?;
+    let defaults = Defaults { max_concurrent_reconciles: 1, ansible_verbosity: args.shape.ansible_verbosity };
+    let loaded = watches::load(&args.shape.watches_file, &defaults, &env)?;
     let watch = pick(loaded.watches, &args)?;
     let (namespace, name) = match args.cr.split_once('/') {
         Some((namespace, name)) => (Some(namespace.to_string()), name.to_string()),
@@ -73,11 +73,11 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     };
     let inputs = Inputs {
         runner_dir: PathBuf::new(),
-        ansible_args: args.ansible_args.clone(),
+        ansible_args: args.shape.ansible_args.clone(),
         inventory: wiring::inventory(&env),
         role_skip_facts: wiring::role_skip_facts(&env),
         playbook_env,
-        trust_cr_templates: args.trust_cr_templates,
+        trust_cr_templates: args.shape.trust_cr_templates,
         run_timeout: std::time::Duration::ZERO,
     };
     let dir = match &args.output {
@@ -117,7 +117,7 @@ fn pick(watches: Vec<Watch>, args: &ReplayArgs) -> anyhow::Result<Watch> {
         1 => Ok(found.remove(0)),
         0 => bail!(
             "no watch entry in {} matches the --kind, --group and --version given",
-            args.watches_file.display()
+            args.shape.watches_file.display()
         ),
         _ => {
             let names: Vec<String> = found.iter().map(|w| w.gvk.to_string()).collect();

@@ -164,7 +164,7 @@ pub(super) async fn controllers(
 /// The environment watches are loaded with, with `--ansible-roles-path` and
 /// `--ansible-collections-path` applied, and the same two for playbooks.
 fn environment(args: &RunArgs) -> anyhow::Result<(Environment, Vec<(String, String)>)> {
-    paths_environment(&args.ansible_roles_path, &args.ansible_collections_path)
+    paths_environment(&args.shape.ansible_roles_path, &args.shape.ansible_collections_path)
 }
 
 /// [`environment`] from the two paths (`run`'s and `replay`'s flags).
@@ -189,19 +189,19 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
         max_concurrent_reconciles: args
             .max_concurrent_reconciles
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
-        ansible_verbosity: args.ansible_verbosity,
+        ansible_verbosity: args.shape.ansible_verbosity,
     };
-    let loaded = watches::load(&args.watches_file, &defaults, env)?;
+    let loaded = watches::load(&args.shape.watches_file, &defaults, env)?;
     for warning in &loaded.warnings {
-        tracing::warn!(target: TARGET, file = %args.watches_file.display(), "{warning}");
+        tracing::warn!(target: TARGET, file = %args.shape.watches_file.display(), "{warning}");
     }
     for watch in &loaded.watches {
-        if crate::reconcile::unsafe_strings(watch, args.trust_cr_templates)
+        if crate::reconcile::unsafe_strings(watch, args.shape.trust_cr_templates)
             == crate::vars::UnsafeStrings::None
         {
             tracing::warn!(
                 target: TARGET,
-                file = %args.watches_file.display(),
+                file = %args.shape.watches_file.display(),
                 gvk = %watch.gvk,
                 "templates in this kind's CRs are evaluated (trustCRTemplates): whoever may create its CRs can run code as the operator"
             );
@@ -209,7 +209,7 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
         if crate::reconcile::trusts_cr_variables(watch, args.trust_cr_variables) {
             tracing::warn!(
                 target: TARGET,
-                file = %args.watches_file.display(),
+                file = %args.shape.watches_file.display(),
                 gvk = %watch.gvk,
                 "this kind's CRs may set Ansible's own variables (trustCRVariables): whoever may create its CRs can run code as the operator"
             );
@@ -218,7 +218,7 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
     if loaded.watches.is_empty() {
         tracing::warn!(
             target: TARGET,
-            file = %args.watches_file.display(), "the watches file has no entries: nothing to reconcile"
+            file = %args.shape.watches_file.display(), "the watches file has no entries: nothing to reconcile"
         );
     }
     Ok(loaded)
@@ -366,7 +366,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
             launcher: shared.launcher,
         },
         runner_dir: args.runner_dir.clone(),
-        ansible_args: args.ansible_args.clone(),
+        ansible_args: args.shape.ansible_args.clone(),
         inventory: inventory(env),
         role_skip_facts: role_skip_facts(env),
         playbook_env: shared.playbook_env,
@@ -378,7 +378,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         events: Some(shared.events),
         ledger: shared.ledger,
         live: Arc::default(),
-        trust_cr_templates: args.trust_cr_templates,
+        trust_cr_templates: args.shape.trust_cr_templates,
         trust_cr_variables: args.trust_cr_variables,
         ready_conditions: args.ready_conditions,
         run_history_limit: args.run_history_limit,
