@@ -22,6 +22,8 @@ pub struct Grant {
     pub blacklist: Vec<Gvk>,
     /// Objects the run created, changed or deleted, in order (the first [`MAX_TOUCHED`]).
     pub touched: Mutex<Vec<Touched>>,
+    /// A plan's run: every write is a server-side dry run, and nothing is linked or watched.
+    pub plan_only: bool,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
@@ -107,6 +109,7 @@ mod tests {
             watch_cluster_scoped: false,
             blacklist: Vec::new(),
             touched: Mutex::default(),
+            plan_only: false,
         }
     }
 

@@ -113,6 +113,7 @@ fn proxy_credential(
         watch_cluster_scoped: watch.watch_cluster_scoped_resources,
         blacklist: watch.blacklist.clone(),
         touched: Default::default(),
+        plan_only: false,
     })?;
     crate::runner::fs::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");
