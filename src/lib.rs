@@ -21,6 +21,7 @@ pub mod leader;
 pub mod logging;
 pub mod metrics;
 pub mod outcome;
+pub mod plan;
 #[cfg(test)]
 mod proptest_support;
 pub mod proxy;
