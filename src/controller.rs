@@ -100,7 +100,11 @@ impl WatchController {
 
     /// The kind, as the API serves it.
     pub fn kind(&self) -> crate::api::Kind {
-        crate::api::Kind { resource: self.ctx.resource.clone(), namespaced: self.ctx.namespaced }
+        crate::api::Kind {
+            resource: self.ctx.resource.clone(),
+            namespaced: self.ctx.namespaced,
+            planner: crate::reconcile::Planner::new(self.ctx.clone()),
+        }
     }
 
     /// The kind as the sharder assigns it: its resource, scopes and the watch's own selector.

@@ -162,8 +162,15 @@ impl Proxy {
         match handling {
             Handling::Upgrade => self.forward_upgrade(request).await,
             Handling::Refuse => {
-                tracing::info!(path = request.uri().path(), "a plan's run may not exec, attach or port-forward");
-                Ok(status(StatusCode::FORBIDDEN, "Forbidden", "a plan's run may not exec, attach or port-forward"))
+                tracing::info!(
+                    path = request.uri().path(),
+                    "a plan's run may not exec, attach or port-forward"
+                );
+                Ok(status(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "a plan's run may not exec, attach or port-forward",
+                ))
             }
             Handling::DryRun { uri } => {
                 let (mut parts, body) = prepare(request).await?;

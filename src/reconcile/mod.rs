@@ -17,6 +17,7 @@ mod journal;
 mod judge;
 mod pace;
 mod plan;
+mod plan_run;
 mod run;
 pub mod schedule;
 mod spec;
@@ -43,6 +44,7 @@ use journal::Journal;
 use judge::Verdict;
 pub use pace::Pacer;
 use plan::{Flags, Step};
+pub use plan_run::{Planned, Planner};
 use schedule::{Startup, StartupResync};
 use spec::new_ident;
 pub use spec::{runner_dir, trusts_cr_variables, unsafe_strings};
@@ -208,7 +210,7 @@ async fn reconcile_inner(
     }
     let target = target(&current);
 
-    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal).await {
+    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal, run::Mode::Real).await {
         Ok(finished) => {
             let verdict = judge::main(&finished.report, finished.inventory_hosts.as_deref(), key);
             journal.report = Some(finished.report);
