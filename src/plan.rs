@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::job_event::JobEvent;
@@ -26,7 +26,7 @@ pub const HIDDEN: &str = "(hidden)";
 const NO_CHECK_MODE: [&str; 4] = ["command", "shell", "raw", "script"];
 
 /// What a change to a CR would do.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     /// Every task result, in the order they ended.
@@ -36,7 +36,7 @@ pub struct Plan {
 }
 
 /// Counts of a plan's task results.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
     /// Would change something.
@@ -52,7 +52,7 @@ pub struct Summary {
 }
 
 /// One task on one host, as the plan sees it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedTask {
     /// Task name.
@@ -64,18 +64,18 @@ pub struct PlannedTask {
     /// What the task would do.
     pub verdict: Verdict,
     /// The Kubernetes object the task is about (`Deployment ns/name`), when it says.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object: Option<String>,
     /// What it would change.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub diff: Vec<Diff>,
     /// Why it failed or was not checked.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
 
 /// What a task would do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Verdict {
     /// It would change something.
@@ -107,7 +107,7 @@ impl Verdict {
 }
 
 /// One change a task would make.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "type")]
 pub enum Diff {
     /// A field of an object (a Kubernetes object's dry-run answer against the live one).
@@ -115,10 +115,10 @@ pub enum Diff {
         /// Dotted path, `spec.replicas`.
         path: String,
         /// Its value now (`None`: absent).
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         before: Option<Value>,
         /// Its value after (`None`: removed).
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<Value>,
     },
     /// A text (a file or template) before and after.
@@ -148,6 +148,40 @@ pub fn from_events<'a>(events: impl IntoIterator<Item = &'a JobEvent>) -> Plan {
         plan.tasks.push(task);
     }
     plan
+}
+
+/// The plan as people read it: one line per task and host (`changed`, `ok`, `not checked`,
+/// `skipped`, `failed`), its diffs indented below it, then the counts.
+pub fn render(plan: &Plan) -> String {
+    let mut out = String::new();
+    for task in &plan.tasks {
+        let object = task.object.as_deref().map(|o| format!(" ({o})")).unwrap_or_default();
+        out.push_str(&format!("{:<12} {} [{}]{object}\n", task.verdict.as_str(), task.name, task.host));
+        if let Some(message) = &task.message {
+            out.push_str(&format!("    {message}\n"));
+        }
+        for diff in &task.diff {
+            match diff {
+                Diff::Field { path, before, after } => {
+                    let show =
+                        |v: &Option<Value>| v.as_ref().map_or("(absent)".to_string(), Value::to_string);
+                    out.push_str(&format!("    {path}: {} -> {}\n", show(before), show(after)));
+                }
+                Diff::Text { header, before, after } => {
+                    out.push_str(&format!("    --- {header}\n"));
+                    before.lines().for_each(|line| out.push_str(&format!("    -{line}\n")));
+                    out.push_str(&format!("    +++ {header}\n"));
+                    after.lines().for_each(|line| out.push_str(&format!("    +{line}\n")));
+                }
+            }
+        }
+    }
+    let s = plan.summary;
+    out.push_str(&format!(
+        "{} changed, {} ok, {} not checked, {} skipped, {} failed\n",
+        s.changed, s.ok, s.not_checked, s.skipped, s.failed
+    ));
+    out
 }
 
 fn planned_task(event: &JobEvent) -> Option<PlannedTask> {
@@ -396,6 +430,23 @@ mod tests {
                 Diff::Field { path: "metadata.labels.a".into(), before: None, after: Some(json!("b")) },
             ]
         );
+    }
+
+    #[test]
+    fn a_plan_reads_as_one_line_per_task_with_its_diffs_below() {
+        let plan = from_events(&events(include_str!("../tests/fixtures/plan/check-size-3.jsonl")));
+        let text = render(&plan);
+        assert!(text.starts_with("changed      apply deployment [localhost] (Deployment plan-rec/rec)\n    spec.replicas: 2 -> 3\n"), "{text}");
+        assert!(
+            text.contains(
+                "not checked  run a command [localhost]\n    Command would have run if not in check mode\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("    -size 2\n"), "{text}");
+        assert!(text.ends_with("2 changed, 0 ok, 2 not checked, 1 skipped, 0 failed\n"), "{text}");
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(serde_json::from_value::<Plan>(json).unwrap(), plan, "the CLI reads what the API writes");
     }
 
     #[test]

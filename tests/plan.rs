@@ -137,6 +137,21 @@ async fn a_plan_shows_what_a_change_would_do_and_changes_nothing() {
     assert_eq!(after.data["status"], converged.data["status"], "the plan wrote no status");
     assert_eq!(api.get_ok(&cr_path, &reader)["runs"], runs_before, "a plan is not a run of the CR");
 
+    // The same from the command line, printed for people.
+    let file = support::operator::scratch_dir("plan-cli").join("cache.yaml");
+    std::fs::write(&file, proposed.to_string()).expect("write the proposed CR");
+    let output = support::operator::command(&std::env::temp_dir())
+        .args(["plan", "-f", file.to_str().unwrap(), "--api", &format!("https://localhost:{port}"), "-k"])
+        .args(["--token", &updater])
+        .output()
+        .expect("run ansible-operator plan");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{printed}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(printed.contains("changed      apply the deployment [localhost]"), "{printed}");
+    assert!(printed.contains("    spec.replicas: 2 -> 3\n"), "{printed}");
+    assert!(printed.contains("not checked  note the size [localhost]"), "{printed}");
+    assert_eq!(replicas(&deployments, "cache-app").await, Some(2));
+
     // Size 9: the size check fails, with its message (through the kubectl-style path).
     let plural_path = format!("/api/v1/namespaces/{}/{PLURAL}/cache/plan", ns.name);
     let reply = api.request_with_body("POST", &plural_path, Some(&updater), Some(&json!({"size": 9})));
@@ -148,7 +163,7 @@ async fn a_plan_shows_what_a_change_would_do_and_changes_nothing() {
     assert_eq!(refused["message"], "size 9 is more than 5");
     assert_eq!(replicas(&deployments, "cache-app").await, Some(2));
 
-    // Both plans are kept as AnsibleRuns of kind Plan, apart from the runs.
+    // The plans are kept as AnsibleRuns of kind Plan, apart from the runs.
     let plans = support::kubectl_ok([
         "-n",
         &ns.name,
@@ -161,7 +176,7 @@ async fn a_plan_shows_what_a_change_would_do_and_changes_nothing() {
     ]);
     let plans: Value = serde_json::from_str(&plans).expect("kubectl's JSON");
     let kinds: Vec<&Value> = plans["items"].as_array().unwrap().iter().map(|p| &p["spec"]["kind"]).collect();
-    assert_eq!(kinds, [&json!("Plan"), &json!("Plan")], "{plans}");
+    assert_eq!(kinds, [&json!("Plan"), &json!("Plan"), &json!("Plan")], "{plans}");
 
     // Without `update` on the CR: refused.
     let reply = api.request_with_body("POST", &format!("{cr_path}/plan"), Some(&reader), Some(&proposed));

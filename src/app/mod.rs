@@ -3,6 +3,7 @@
 //! 0 after a clean shutdown).
 
 mod lifecycle;
+mod plan;
 mod servers;
 mod version;
 mod wiring;
@@ -22,6 +23,7 @@ pub fn main(cli: Cli) -> ExitCode {
             version::print();
             ExitCode::SUCCESS
         }
+        Command::Plan(args) => plan::main(&args),
         Command::Run(args) => {
             crate::logging::init(&args.log);
             let runtime = match tokio::runtime::Runtime::new() {
