@@ -10,6 +10,7 @@ use std::sync::Arc;
 use kube::api::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
 use super::budget::Priority;
 use super::context::{Context, Error, Next};
@@ -74,29 +75,32 @@ impl Planner {
             name = kube::ResourceExt::name_any(&proposed),
             job = %ident,
         );
-        let _entered = span.enter();
-        tracing::info!(by, "plan asked for");
-        drop(_entered);
-        // A plan runs Ansible as a run does: it waits for the run budget like new work.
-        let _permit = ctx.settings.budget.acquire(Priority::Urgent).await;
-        let mut journal = Journal::plan(by, live.metadata.generation);
-        let result = self.run(&proposed, &key, ident.clone(), &mut journal).await;
-        let message = match &result {
-            Err(error) if journal.report.as_ref().is_none_or(|r| r.outcome.failures.is_empty()) => {
-                Some(error_chain(error))
+        async move {
+            tracing::info!(by, "plan asked for");
+            // A plan runs Ansible as a run does: it waits for the run budget like new work.
+            let _permit = ctx.settings.budget.acquire(Priority::Urgent).await;
+            let mut journal = Journal::plan(by, live.metadata.generation);
+            let result = self.run(&proposed, &key, ident.clone(), &mut journal).await;
+            let message = match &result {
+                Err(error) if journal.report.as_ref().is_none_or(|r| r.outcome.failures.is_empty()) => {
+                    Some(error_chain(error))
+                }
+                _ => None,
+            };
+            let dir = plan_dir(&ctx.settings, &ident);
+            let events = read_events(&dir.join("artifacts").join(&ident).join("job_events"));
+            let plan = crate::plan::from_events(&events);
+            let executor = journal.executor.map(crate::executor_mode::Executor::as_str);
+            let record = journal::finish_plan(ctx, &proposed, &ident, journal, &result).await;
+            if let Err(error) = std::fs::remove_dir_all(&dir) {
+                tracing::debug!(%error, "could not remove the plan's directory");
             }
-            _ => None,
-        };
-        let plan =
-            read_events(&plan_dir(&ctx.settings, &ident).join("artifacts").join(&ident).join("job_events"));
-        let plan = crate::plan::from_events(&plan);
-        let executor = journal.executor.map(crate::executor_mode::Executor::as_str);
-        let record = journal::finish_plan(ctx, &proposed, &ident, journal, &result).await;
-        if let Err(error) = std::fs::remove_dir_all(plan_dir(&ctx.settings, &ident)) {
-            tracing::debug!(%error, "could not remove the plan's directory");
+            let result = if result.is_ok() { "Successful" } else { "Failure" };
+            tracing::info!(result, changed = plan.summary.changed, failed = plan.summary.failed, "plan made");
+            Planned { result, message, record, executor, plan }
         }
-        let result = if result.is_ok() { "Successful" } else { "Failure" };
-        Planned { result, message, record, executor, plan }
+        .instrument(span)
+        .await
     }
 
     /// The steps of a reconcile that a plan takes: the pure plan (a reserved variable or a bad
