@@ -33,6 +33,36 @@ pub enum Command {
     Replay(Box<ReplayArgs>),
     /// Print the version.
     Version,
+    /// Ask a running operator what a CR change would do (check mode, server-side dry run).
+    Plan(PlanArgs),
+}
+
+/// Flags of `ansible-operator plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The proposed CR (YAML or JSON), as `kubectl apply -f` would take it.
+    #[arg(short = 'f', long = "filename")]
+    pub filename: std::path::PathBuf,
+
+    /// The operator's API (`--api-bind-address`).
+    #[arg(long, env = "ANSIBLE_OPERATOR_API", default_value = "https://localhost:8082")]
+    pub api: String,
+
+    /// A bearer token the API server accepts (e.g. `kubectl create token`); wins over `--kubeconfig`.
+    #[arg(long, env = "ANSIBLE_OPERATOR_TOKEN")]
+    pub token: Option<String>,
+
+    /// A kubeconfig whose current user has a token.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+
+    /// The CA certificate (PEM) to verify the API's certificate with.
+    #[arg(long)]
+    pub cacert: Option<std::path::PathBuf>,
+
+    /// Do not verify the API's certificate (its self-signed one).
+    #[arg(long, short = 'k')]
+    pub insecure_skip_tls_verify: bool,
 }
 
 /// Flags of `ansible-operator replay`. Those that shape a run are the operator's own, with its

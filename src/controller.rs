@@ -109,6 +109,7 @@ impl WatchController {
                 watch: self.ctx.watch.clone(),
                 inputs: self.ctx.settings.inputs(),
             }),
+            planner: crate::reconcile::Planner::new(self.ctx.clone()),
         }
     }
 

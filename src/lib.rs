@@ -22,6 +22,7 @@ pub mod logging;
 pub mod mask;
 pub mod metrics;
 pub mod outcome;
+pub mod plan;
 #[cfg(test)]
 mod proptest_support;
 pub mod proxy;

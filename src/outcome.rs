@@ -215,9 +215,13 @@ fn counts_as_failure(event: &JobEvent) -> bool {
     !ignored && !rescued
 }
 
+/// A failed task's message: its `msg`, or upstream's "unknown playbook failure".
+pub fn failure_message(event: &JobEvent) -> &str {
+    event.result().and_then(|res| res.get("msg")).and_then(Value::as_str).unwrap_or(UNKNOWN_FAILURE)
+}
+
 fn failure(event: &JobEvent, unreachable: bool) -> Failure {
-    let message =
-        event.result().and_then(|res| res.get("msg")).and_then(Value::as_str).unwrap_or(UNKNOWN_FAILURE);
+    let message = failure_message(event);
     Failure {
         host: event.data_str("host").unwrap_or_default().to_string(),
         task: event.data_str("task").unwrap_or_default().to_string(),

@@ -1,8 +1,9 @@
 //! The web console in a real headless Chromium (Debian's chromium and chromium-driver, driven over
 //! WebDriver): sign in with a ServiceAccount's token, find the CR, open it, see its runs and the task
 //! chart, read why its log is refused until the account may `get` `<plural>/log`, press "Reconcile
-//! now" and see the new run appear, pause it (the `Paused` condition shows) and resume it. Screenshots go to
-//! target/test-output/console/ for a reviewer to look at.
+//! now" and see the new run appear, pause it (the `Paused` condition shows) and resume it; edit a CR's spec
+//! and press "Plan" to see what it would do. Screenshots go to target/test-output/console/ for a reviewer to
+//! look at.
 
 mod support;
 
@@ -225,5 +226,58 @@ async fn sign_in_open_a_cr_read_its_runs_reconcile_it_now_pause_and_resume_it() 
     wait_texts(&browser, "#pause", "the pause button again", |b| b == ["Pause"]).await;
     assert!(texts(&browser, "#paused").await.unwrap().is_empty());
     screenshot(&browser, "07-resumed.png").await;
+    browser.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn edit_a_crs_spec_and_plan_it_to_see_what_it_would_do() {
+    // plan.yml reports status to this kind (as tests/plan.rs does).
+    let group = "plan.test.example.com";
+    let (kind, plural) = ("Planned", "planneds");
+    let Test { client: _, ns, api: crs } = Test::setup("console-plan").kind(group, kind).build().await;
+    let token = service_account(&ns.name, "planner", "get,list,update", &format!("{plural}.{group}"));
+    let port = support::free_port();
+    let watches = support::playbook_watch(group, kind, "plan.yml");
+    let _operator =
+        OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
+    let api = ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    support::create_cr(&crs, group, kind, "app", json!({"size": 2})).await;
+    support::wait_for_generation(&crs, "app", 1, WAIT).await;
+
+    let driver = Driver::start();
+    let browser = driver.browser().await;
+    browser.goto(&api.url("/")).await.unwrap();
+    let field = browser.wait().at_most(WAIT).for_element(Locator::Css("#token")).await.unwrap();
+    field.send_keys(&token).await.unwrap();
+    browser.find(Locator::Css("#sign-in")).await.unwrap().click().await.unwrap();
+    let namespace = browser.wait().at_most(WAIT).for_element(Locator::Css("#namespace")).await.unwrap();
+    namespace.send_keys(&format!("{}\u{E007}", ns.name)).await.unwrap();
+    wait_texts(&browser, ".cr-row", "the CR", |rows| rows.iter().any(|row| row.contains("app"))).await;
+    browser.find(Locator::LinkText("app")).await.unwrap().click().await.unwrap();
+
+    // The spec editor starts with the CR's spec; size 3 is planned.
+    let editor = browser.wait().at_most(WAIT).for_element(Locator::Css("#spec")).await.unwrap();
+    support::wait_for("the spec in the editor", WAIT, || async {
+        let value = editor.prop("value").await.map_err(|e| e.to_string())?.unwrap_or_default();
+        Ok(if value.contains("\"size\": 2") { Ok(()) } else { Err(value) })
+    })
+    .await;
+    editor.clear().await.unwrap();
+    editor.send_keys("{\"size\": 3}").await.unwrap();
+    browser.find(Locator::Css("#plan-button")).await.unwrap().click().await.unwrap();
+    let result =
+        wait_texts(&browser, "#plan-result", "the plan", |t| t.iter().any(|t| t.contains("changed"))).await;
+    assert!(result[0].starts_with("Successful: 3 changed, 0 ok, 1 not checked"), "{result:?}");
+    let tasks = texts(&browser, "#plan .plan-tasks li").await.unwrap();
+    assert!(
+        tasks.iter().any(|t| t.contains("apply the deployment") && t.contains("spec.replicas: 2 → 3")),
+        "{tasks:?}"
+    );
+    assert!(tasks.iter().any(|t| t.contains("not checked") && t.contains("note the size")), "{tasks:?}");
+    browser.execute("document.getElementById('plan-result').scrollIntoView()", Vec::new()).await.unwrap();
+    screenshot(&browser, "08-plan.png").await;
+    let live = crs.get("app").await.unwrap();
+    assert_eq!(live.data["spec"], json!({"size": 2}), "planning changed nothing");
     browser.close().await.unwrap();
 }

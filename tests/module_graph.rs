@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["controller"],
     &["api", "health"],
     &["reconcile"],
-    &["remote", "vars", "status", "proxy", "sharding"],
+    &["remote", "vars", "status", "proxy", "sharding", "plan"],
     &["runner", "leader"],
     &["executor", "history"],
     &["metrics", "recorder", "outcome", "watches"],

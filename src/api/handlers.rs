@@ -183,6 +183,75 @@ async fn annotate(state: &State, kind: &Kind, path: &CrPath, annotations: Value)
     Ok(())
 }
 
+/// Largest body a plan takes: a CR.
+const MAX_PLAN_BODY: usize = 3 << 20;
+
+/// `POST .../crs/{namespace}/{name}/plan` with the proposed object (or just its spec) as the body:
+/// what the change would do (`update` on the CR, as for the change itself). The CR's playbook or
+/// role runs in check mode with every write a server-side dry run; nothing is written, and the
+/// CR's status and run history stay as they are.
+pub async fn plan(
+    Extract(state): Extract<Arc<State>>,
+    Path(path): Path<CrPath>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, Error> {
+    let (kind, user, object) = authorized_cr(&state, &path, &headers, "update").await?;
+    let spec = proposed_spec(&body, &path)?;
+    let live: DynamicObject = serde_json::from_value(object)
+        .map_err(|error| Error::BadRequest(format!("the CR cannot be read as an object: {error}")))?;
+    let planned = kind.planner.plan(&live, spec, &user.name).await;
+    tracing::info!(user = %user.name, kind = %kind.resource.kind, namespace = %path.namespace, name = %path.name, result = planned.result, "plan made through the API");
+    Ok(Json(serde_json::to_value(planned).unwrap_or(Value::Null)))
+}
+
+/// A plural and namespace, as kubectl names a CR.
+#[derive(Debug, Deserialize)]
+pub struct PluralPath {
+    namespace: String,
+    plural: String,
+    name: String,
+}
+
+/// `POST /api/v1/namespaces/{namespace}/{plural}/{name}/plan`: [`plan`], the kind found by its
+/// plural among the watched kinds.
+pub async fn plan_by_plural(
+    state: Extract<Arc<State>>,
+    Path(path): Path<PluralPath>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, Error> {
+    let mut groups = state.kinds.iter().filter(|k| k.resource.plural == path.plural);
+    let (Some(kind), None) = (groups.next(), groups.next()) else {
+        return Err(Error::NotFound(format!("one watched kind with the plural {}", path.plural)));
+    };
+    let group = if kind.resource.group.is_empty() { "core".to_string() } else { kind.resource.group.clone() };
+    let cr = CrPath { group, plural: path.plural, namespace: path.namespace, name: path.name };
+    plan(state, Path(cr), headers, body).await
+}
+
+/// The spec a plan proposes: the body's `spec` when it is an object with one, else the body. A
+/// body that names another CR is refused.
+fn proposed_spec(body: &[u8], path: &CrPath) -> Result<Value, Error> {
+    if body.len() > MAX_PLAN_BODY {
+        return Err(Error::BadRequest(format!("a plan's body is at most {MAX_PLAN_BODY} bytes")));
+    }
+    let body: Value = serde_json::from_slice(body)
+        .or_else(|_| serde_saphyr::from_slice(body))
+        .map_err(|error| Error::BadRequest(format!("the body is not a JSON or YAML object: {error}")))?;
+    let Value::Object(mut object) = body else {
+        return Err(Error::BadRequest("the body is the proposed object or its spec: a JSON object".into()));
+    };
+    let Some(spec) = object.remove("spec") else { return Ok(Value::Object(object)) };
+    let named = |key: &str| object.get("metadata").and_then(|m| m.get(key)).and_then(Value::as_str);
+    if named("name").is_some_and(|name| name != path.name)
+        || named("namespace").is_some_and(|ns| Some(ns) != namespace(path))
+    {
+        return Err(Error::BadRequest("the proposed object names another CR than the path".into()));
+    }
+    Ok(spec)
+}
+
 /// A run of a CR, recorded or in flight.
 pub(super) enum Found {
     Record(Value),
@@ -293,4 +362,36 @@ pub(super) async fn authorize_log(
         *subresource = Some("log".into());
     }
     Ok(state.access.authorize(user, action).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn path() -> CrPath {
+        CrPath { group: "g".into(), plural: "things".into(), namespace: "ns".into(), name: "a".into() }
+    }
+
+    #[test]
+    fn a_plan_takes_the_proposed_objects_spec_or_the_spec_itself() {
+        let object = json!({"apiVersion": "g/v1", "kind": "Thing", "metadata": {"name": "a", "namespace": "ns"}, "spec": {"size": 3}});
+        assert_eq!(proposed_spec(object.to_string().as_bytes(), &path()).unwrap(), json!({"size": 3}));
+        assert_eq!(proposed_spec(b"{\"size\": 3}", &path()).unwrap(), json!({"size": 3}));
+        assert_eq!(proposed_spec(b"spec:\n  size: 3\n", &path()).unwrap(), json!({"size": 3}), "YAML too");
+    }
+
+    #[test]
+    fn a_plan_of_another_cr_or_of_no_object_is_a_bad_request() {
+        let other = json!({"metadata": {"name": "b"}, "spec": {}});
+        assert!(matches!(proposed_spec(other.to_string().as_bytes(), &path()), Err(Error::BadRequest(_))));
+        let elsewhere = json!({"metadata": {"name": "a", "namespace": "other"}, "spec": {}});
+        assert!(matches!(
+            proposed_spec(elsewhere.to_string().as_bytes(), &path()),
+            Err(Error::BadRequest(_))
+        ));
+        assert!(matches!(proposed_spec(b"[1]", &path()), Err(Error::BadRequest(_))));
+        assert!(matches!(proposed_spec(b"{not json: [", &path()), Err(Error::BadRequest(_))));
+    }
 }

@@ -2,7 +2,8 @@
 //! with a status summary, each CR's conditions and run history, a run's tasks and log (live while
 //! it runs), and a request to reconcile a CR now, or to pause or resume it. Every request carries a bearer token the API
 //! server reviews (`TokenReview`), and is allowed only as far as the user's RBAC on the CR's own
-//! resource goes (`SubjectAccessReview`: reading needs `get`/`list`; a reconcile, a pause or a resume `patch`).
+//! resource goes (`SubjectAccessReview`: reading needs `get`/`list`; a reconcile, a pause or a resume
+//! `patch`; a plan `update`).
 
 mod console;
 mod handlers;
@@ -39,6 +40,8 @@ pub struct Kind {
     pub namespaced: bool,
     /// What composes its runs (for a run's inputs).
     pub composer: Arc<crate::reconcile::inputs::Composer>,
+    /// Runs plans of its CRs.
+    pub planner: crate::reconcile::Planner,
 }
 
 /// What the API reads from and writes to.
@@ -72,6 +75,9 @@ pub enum Error {
     /// No such kind, CR or run.
     #[error("{0} not found")]
     NotFound(String),
+    /// The request's body is not what the endpoint takes.
+    #[error("{0}")]
+    BadRequest(String),
     /// The API server failed.
     #[error("{action}")]
     Api {
@@ -99,6 +105,7 @@ impl IntoResponse for Error {
             Error::Access(access::Error::Forbidden { .. }) => StatusCode::FORBIDDEN,
             Error::NotFound(_) | Error::NoInputs(_) => StatusCode::NOT_FOUND,
             Error::Inputs(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::Access(access::Error::Review { .. }) | Error::Api { .. } | Error::History(_) => {
                 StatusCode::BAD_GATEWAY
             }
@@ -132,6 +139,8 @@ fn router(state: Arc<State>) -> Router {
         .route(&format!("{cr}/reconcile"), post(handlers::reconcile))
         .route(&format!("{cr}/pause"), post(handlers::pause))
         .route(&format!("{cr}/resume"), post(handlers::resume))
+        .route(&format!("{cr}/plan"), post(handlers::plan))
+        .route("/api/v1/namespaces/{namespace}/{plural}/{name}/plan", post(handlers::plan_by_plural))
         .merge(console::routes())
         .fallback(|| async { Error::NotFound("no such endpoint".into()) })
         .with_state(state)

@@ -86,7 +86,8 @@ pub fn cr_summary(object: &Value, latest: Option<&Value>, live: Option<&LiveRun>
     })
 }
 
-/// One CR in full: its summary, conditions, the rest of its status, and its runs (newest first).
+/// One CR in full: its summary, conditions, the rest of its status, its spec (to plan a change
+/// of), and its runs (newest first).
 pub fn cr_detail(object: &Value, runs: &[Value], live: Option<&LiveRun>) -> Value {
     let mut detail = cr_summary(object, runs.first(), live);
     let mut status = object["status"].as_object().cloned().unwrap_or_default();
@@ -94,6 +95,7 @@ pub fn cr_detail(object: &Value, runs: &[Value], live: Option<&LiveRun>) -> Valu
     detail["status"] = Value::Object(status);
     detail["apiVersion"] = object["apiVersion"].clone();
     detail["kind"] = object["kind"].clone();
+    detail["spec"] = object["spec"].clone();
     detail["runs"] = runs.iter().map(run_summary).collect();
     detail
 }

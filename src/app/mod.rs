@@ -3,6 +3,7 @@
 //! 0 after a clean shutdown).
 
 mod lifecycle;
+mod plan;
 mod replay;
 mod servers;
 mod version;
@@ -24,6 +25,7 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Replay(args) => replay::main(*args),
+        Command::Plan(args) => plan::main(&args),
         Command::Run(args) => {
             crate::logging::init(&args.log);
             let runtime = match tokio::runtime::Runtime::new() {

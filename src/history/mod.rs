@@ -151,16 +151,25 @@ impl History {
         }
     }
 
-    /// A CR's records, newest first.
+    /// A CR's records, newest first (its runs: plans are kept apart).
     pub async fn runs(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
-        let params = ListParams::default().labels(&format!("{}={owner_uid}", record::OWNER_UID));
+        let params =
+            ListParams::default().labels(&format!("{}={owner_uid},!{}", record::OWNER_UID, record::PLAN));
         self.list(namespace, &params, Some(owner_uid), owner_uid).await
     }
 
-    /// Every record in a namespace (`None`: in all), newest first.
+    /// A CR's plans, newest first.
+    pub async fn plans(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
+        let params =
+            ListParams::default().labels(&format!("{}={owner_uid},{}", record::OWNER_UID, record::PLAN));
+        self.list(namespace, &params, Some(&plan_key(owner_uid)), owner_uid).await
+    }
+
+    /// Every run record in a namespace (`None`: in all), newest first.
     pub async fn all_runs(&self, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
         let owner = namespace.unwrap_or("all namespaces");
-        self.list(namespace, &ListParams::default(), None, owner).await
+        let params = ListParams::default().labels(&format!("!{}", record::PLAN));
+        self.list(namespace, &params, None, owner).await
     }
 
     /// The records `params` select in the cluster, or in memory those of `owner_uid` (`None`: all);
@@ -176,6 +185,8 @@ impl History {
             memory
                 .records(owner_uid)
                 .filter(|run| namespace.is_none() || run["metadata"]["namespace"].as_str() == namespace)
+                // Every CR's records are its runs: plans are asked for by their own key.
+                .filter(|run| owner_uid.is_some() || run["spec"]["kind"] != "Plan")
                 .collect()
         });
         let mut runs: Vec<Value> = match remembered {
@@ -203,12 +214,13 @@ impl History {
         }))
     }
 
-    /// Stores a record and keeps the CR's newest `limit`.
+    /// Stores a record and keeps the CR's newest `limit` (of its runs, or of its plans).
     pub async fn record(&self, record: &RunRecord, limit: usize) -> Result<(), Error> {
         let owner = || record.owner.name.clone();
         let manifest = record.manifest();
         let namespace = record.owner.namespace.as_deref();
-        let kept = self.in_memory(|memory| memory.push(&record.owner.uid, &manifest, limit));
+        let key = if record.plan { plan_key(&record.owner.uid) } else { record.owner.uid.clone() };
+        let kept = self.in_memory(|memory| memory.push(&key, &manifest, limit));
         match kept {
             Some(()) => {}
             None => {
@@ -234,7 +246,7 @@ impl History {
                     written = with_timeout(api.patch(&name, &params, &Patch::Apply(&manifest))).await;
                 }
                 written.map_err(|source| Error::Api { action: "write", owner: owner(), source })?;
-                self.prune(&record.owner.uid, namespace, limit).await?;
+                self.prune(&record.owner.uid, namespace, limit, record.plan).await?;
             }
         }
         Ok(())
@@ -269,9 +281,18 @@ impl History {
         Ok(())
     }
 
-    /// Deletes all but the newest `limit` records of a CR.
-    async fn prune(&self, owner_uid: &str, namespace: Option<&str>, limit: usize) -> Result<(), Error> {
-        let runs = self.runs(owner_uid, namespace).await?;
+    /// Deletes all but the newest `limit` records of a CR (of its plans when `plans`).
+    async fn prune(
+        &self,
+        owner_uid: &str,
+        namespace: Option<&str>,
+        limit: usize,
+        plans: bool,
+    ) -> Result<(), Error> {
+        let runs = match plans {
+            true => self.plans(owner_uid, namespace).await?,
+            false => self.runs(owner_uid, namespace).await?,
+        };
         for old in runs.iter().skip(limit) {
             let name = old["metadata"]["name"].as_str().unwrap_or_default();
             let api = self.api(old["metadata"]["namespace"].as_str());
@@ -314,6 +335,12 @@ fn announce(tell: Tell) {
         ),
         Tell::Installed => tracing::info!("run history installed: run records are now stored as AnsibleRuns"),
     }
+}
+
+/// Where a CR's plans are kept in memory: apart from its runs, so they neither count as its latest
+/// run nor push its runs out.
+fn plan_key(owner_uid: &str) -> String {
+    format!("plan/{owner_uid}")
 }
 
 /// The record's start time as written.

@@ -28,6 +28,8 @@ pub const OWNER_KIND: &str = "ansible-operator.dev/owner-kind";
 pub const OWNER_NAME: &str = "ansible-operator.dev/owner-name";
 /// Label with the run's result.
 pub const RESULT: &str = "ansible-operator.dev/result";
+/// Label on the records of plans (absent on runs), which are kept apart from a CR's run history.
+pub const PLAN: &str = "ansible-operator.dev/plan";
 
 /// An object a run wrote through the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,6 +233,9 @@ pub struct RunRecord {
     pub input: Option<RunInput>,
     /// With `--sharding`: the shard (replica) that ran it.
     pub shard: Option<String>,
+    /// A plan (check mode, nothing written), not a run: `spec.kind: Plan`, labelled [`PLAN`], and
+    /// never the CR's latest run.
+    pub plan: bool,
 }
 
 impl RunRecord {
@@ -257,6 +262,9 @@ impl RunRecord {
             labels.insert(OWNER_NAME.into(), json!(self.owner.name));
         }
         labels.insert(RESULT.into(), json!(result_name(self.result)));
+        if self.plan {
+            labels.insert(PLAN.into(), json!("true"));
+        }
         labels
     }
 
@@ -317,6 +325,9 @@ impl RunRecord {
         }
         if let Some(input) = &self.input {
             spec["input"] = input.manifest();
+        }
+        if self.plan {
+            spec["kind"] = json!("Plan");
         }
         let mut metadata = json!({
             "name": self.object_name(),
@@ -407,6 +418,7 @@ pub(crate) mod tests {
             log: Some("/r/artifacts/123/stdout".into()),
             input: None,
             shard: None,
+            plan: false,
         }
     }
 
@@ -434,6 +446,16 @@ pub(crate) mod tests {
             json!({"verb": "list", "resource": "deployments", "version": "v1", "group": "apps",
                    "labelSelector": "app=web", "fieldSelector": "metadata.name!=x"})
         );
+    }
+
+    #[test]
+    fn a_plan_is_marked_as_a_plan_and_a_run_is_not() {
+        let run = record().manifest();
+        assert!(run["spec"].get("kind").is_none());
+        assert!(run["metadata"]["labels"].get(PLAN).is_none());
+        let plan = RunRecord { plan: true, ..record() }.manifest();
+        assert_eq!(plan["spec"]["kind"], "Plan");
+        assert_eq!(plan["metadata"]["labels"][PLAN], "true");
     }
 
     #[test]

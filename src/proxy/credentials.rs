@@ -27,6 +27,8 @@ pub struct Grant {
     pub secrets: Arc<Secrets>,
     /// Objects the run read and does not own, once each (the first [`MAX_READS`]).
     pub reads: Mutex<Vec<Read>>,
+    /// A plan's run: every write is a server-side dry run, and nothing is linked or watched.
+    pub plan_only: bool,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
@@ -148,6 +150,7 @@ mod tests {
             touched: Mutex::default(),
             secrets: Arc::default(),
             reads: Mutex::default(),
+            plan_only: false,
         }
     }
 

@@ -34,7 +34,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use children::Children;
-use classify::{Handling, Settle, classify, settle};
+use classify::{Handling, Settle, classify, classify_plan, settle};
 use credentials::{Credentials, Grant};
 use dependents::Dependents;
 use owner::{Link, Ownership, Prior, Write};
@@ -179,8 +179,32 @@ impl Proxy {
     }
 
     async fn route(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
-        match classify(request.method(), request.headers(), request.uri(), self.children.linked()) {
+        let handling = if grant.plan_only {
+            classify_plan(request.method(), request.headers(), request.uri())
+        } else {
+            classify(request.method(), request.headers(), request.uri(), self.children.linked())
+        };
+        match handling {
             Handling::Upgrade => self.forward_upgrade(request).await,
+            Handling::Refuse => {
+                tracing::info!(
+                    path = request.uri().path(),
+                    "a plan's run may not exec, attach or port-forward"
+                );
+                Ok(status(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "a plan's run may not exec, attach or port-forward",
+                ))
+            }
+            Handling::DryRun { uri } => {
+                let (mut parts, body) = prepare(request).await?;
+                parts.uri = uri;
+                let response = self.send(&parts, body).await?;
+                let code = response.status().as_u16();
+                tracing::debug!(method = %parts.method, path = parts.uri.path(), code, "proxied a plan's write as a dry run");
+                Ok(response.map(box_body))
+            }
             Handling::Write { info, write, link, verb } => {
                 self.write(request, &info, write, link, verb, grant).await
             }

@@ -43,6 +43,8 @@ pub struct Journal {
     pub log: Option<String>,
     /// The CR as the main run saw it, to replay the run.
     pub input: Option<RunInput>,
+    /// The notes of a plan, not of a run.
+    plan: bool,
 }
 
 /// The CR as the ledger keys it.
@@ -51,6 +53,17 @@ pub fn cr_key(ctx: &Context, object: &DynamicObject) -> CrKey {
 }
 
 impl Journal {
+    /// Notes of a plan `by` someone of the CR at `generation`: recorded as asked for, marked as a plan.
+    pub fn plan(by: &str, generation: Option<i64>) -> Self {
+        Journal {
+            trigger: Some(Trigger::Manual { by: by.to_string() }),
+            started: Some(Timestamp::now()),
+            generation,
+            plan: true,
+            ..Journal::default()
+        }
+    }
+
     /// Decides why the coming run happens, from the CR before its `Running` write (which moves the
     /// conditions' `observedGeneration`), its latest record and the ledger.
     pub async fn start(&mut self, ctx: &Context, current: &DynamicObject, finalizing: bool) {
@@ -165,6 +178,30 @@ pub fn forget_reads(ctx: &Context, object: &DynamicObject) {
     }
 }
 
+/// After a plan: its record, kept apart from the CR's runs (no Event, nothing remembered for the
+/// CR's next run). Returns the record's name.
+pub async fn finish_plan(
+    ctx: &Context,
+    object: &DynamicObject,
+    ident: &str,
+    journal: Journal,
+    result: &Result<Next, Error>,
+) -> Option<String> {
+    let (Some(trigger), Some(started)) = (journal.trigger.clone(), journal.started) else { return None };
+    let record = record(ctx, object, ident, trigger, started, &journal, result);
+    let limit = ctx.watch.extensions.run_history_limit.unwrap_or(ctx.settings.run_history_limit);
+    if limit == 0 {
+        return None;
+    }
+    match ctx.settings.history.record(&record, limit).await {
+        Ok(()) => Some(record.object_name()),
+        Err(error) => {
+            tracing::warn!(error = %error_chain(&error), "could not write the plan's record");
+            None
+        }
+    }
+}
+
 /// Stores the record, or confirms the latest one when a resync changed nothing.
 async fn write(history: &History, ctx: &Context, record: &RunRecord, latest: Option<&Latest>) {
     let limit = ctx.watch.extensions.run_history_limit.unwrap_or(ctx.settings.run_history_limit);
@@ -232,6 +269,7 @@ fn record(
         log: journal.log.clone(),
         input: journal.input.clone(),
         shard: ctx.settings.sharding.as_ref().map(|membership| membership.shard.clone()),
+        plan: journal.plan,
     }
 }
 

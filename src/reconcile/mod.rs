@@ -21,6 +21,7 @@ mod pace;
 mod pause;
 mod paused_crs;
 mod plan;
+mod plan_run;
 mod run;
 pub mod schedule;
 mod series;
@@ -50,6 +51,7 @@ use judge::Verdict;
 pub use pace::Pacer;
 pub use paused_crs::PausedCrs;
 use plan::{Flags, Step};
+pub use plan_run::{Planned, Planner};
 use schedule::{Startup, StartupResync};
 use series::cr_ref;
 pub use spec::new_ident;
@@ -238,7 +240,7 @@ async fn reconcile_inner(
     }
     let target = target(&current);
 
-    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal).await {
+    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal, run::Mode::Real).await {
         Ok(finished) => {
             let verdict = judge::main(&finished.report, finished.inventory_hosts.as_deref(), key);
             journal.report = Some(finished.report);

@@ -1,5 +1,6 @@
 //! Running a CR once admitted: its hosts (inventory, SSH key), the watch's precheck, then the main
-//! target or the finalizer, each run with a proxy credential of its own.
+//! target or the finalizer, each run with a proxy credential of its own. A plan takes the same
+//! steps in check mode (see [`Mode`]).
 
 use std::path::PathBuf;
 
@@ -10,13 +11,23 @@ use serde_json::Value;
 use super::context::Context;
 use super::journal::Journal;
 use super::judge::{self, Failure};
-use super::spec::{new_ident, run_spec};
+use super::spec::{new_ident, plan_args, plan_dir, run_spec};
 use crate::history::record::RunInput;
 use crate::proxy::Proxy;
 use crate::proxy::credentials::{Grant, Issued};
 use crate::proxy::owner::Owner;
 use crate::remote;
 use crate::runner::{self, RunSpec};
+
+/// A real run, or a plan's: check mode with `--diff`, a plan-only proxy credential (every write a
+/// server-side dry run), a data directory of its own, and no live log as the CR's run in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A run that acts.
+    Real,
+    /// A plan, in the directory of the plan with this main ident.
+    Plan,
+}
 
 /// A main run that ended: its report, and the inventory's hosts when the watch renders one.
 #[derive(Debug)]
@@ -37,6 +48,7 @@ pub async fn run(
     ident: String,
     key: &str,
     journal: &mut Journal,
+    mode: Mode,
 ) -> Result<Finished, Failure> {
     let object_json = serde_json::to_value(current).unwrap_or(Value::Null);
     let namespace = current.namespace();
@@ -46,11 +58,20 @@ pub async fn run(
     let inputs = ctx.settings.inputs();
     let inventory_hosts =
         remote.as_ref().and_then(|r| r.inventory.as_ref()).map(|(_, hosts)| hosts.as_slice());
-    if let (false, Some(precheck)) = (finalizing, &ctx.watch.extensions.precheck) {
+    let main_ident = ident.clone();
+    let spec_of = |ident| {
         let mut spec =
-            run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, new_ident(), remote.as_ref());
+            run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, ident, remote.as_ref());
+        if mode == Mode::Plan {
+            spec.dir = plan_dir(&ctx.settings, &main_ident);
+            spec.ansible_args = plan_args(&spec.ansible_args);
+        }
+        spec
+    };
+    if let (false, Some(precheck)) = (finalizing, &ctx.watch.extensions.precheck) {
+        let mut spec = spec_of(new_ident());
         spec.target = precheck.clone();
-        let report = run_ansible(ctx, current, spec, journal)
+        let report = run_ansible(ctx, current, spec, journal, mode)
             .await
             .map_err(|source| Failure::unable_to_run(key, source))?;
         if let Some(failure) = judge::precheck(&report, inventory_hosts, key) {
@@ -58,10 +79,12 @@ pub async fn run(
             return Err(failure);
         }
     }
-    let spec = run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, ident, remote.as_ref());
-    journal.input = Some(RunInput { object: object_json, finalizing });
-    journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
-    let report = run_ansible(ctx, current, spec, journal)
+    let spec = spec_of(ident);
+    if mode == Mode::Real {
+        journal.input = Some(RunInput { object: object_json.clone(), finalizing });
+        journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
+    }
+    let report = run_ansible(ctx, current, spec, journal, mode)
         .await
         .map_err(|source| Failure::unable_to_run(key, source))?;
     Ok(Finished { report, inventory_hosts: inventory_hosts.map(<[String]>::to_vec) })
@@ -74,13 +97,16 @@ async fn run_ansible(
     object: &DynamicObject,
     mut spec: RunSpec,
     journal: &mut Journal,
+    mode: Mode,
 ) -> Result<runner::Report, runner::Error> {
-    let (issued, kubeconfig) = proxy_credential(&ctx.proxy, ctx, object, &mut spec)
+    let (issued, kubeconfig) = proxy_credential(&ctx.proxy, ctx, object, &mut spec, mode == Mode::Plan)
         .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
     let in_flight = ctx.metrics.run_started();
     let trigger = serde_json::to_value(&journal.trigger).unwrap_or_default();
-    let live = ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger);
-    let report = runner::run(&ctx.settings.runner, &spec, Some(&live), &issued.grant.secrets).await;
+    // A plan is not the CR's run in flight.
+    let live = (mode == Mode::Real)
+        .then(|| ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger));
+    let report = runner::run(&ctx.settings.runner, &spec, live.as_ref(), &issued.grant.secrets).await;
     drop(live);
     drop(in_flight);
     journal.writes.extend(issued.grant.writes());
@@ -93,13 +119,14 @@ async fn run_ansible(
     report
 }
 
-/// Issues the run's proxy credential and writes its kubeconfig (mode 0600) into the runner dir.
-/// Returns the credential (revoked when dropped) and the kubeconfig's path.
+/// Issues the run's proxy credential (`plan_only` for a plan) and writes its kubeconfig (mode
+/// 0600) into the runner dir. Returns the credential (revoked when dropped) and the kubeconfig's path.
 fn proxy_credential(
     proxy: &Proxy,
     ctx: &Context,
     object: &DynamicObject,
     spec: &mut RunSpec,
+    plan_only: bool,
 ) -> std::io::Result<(Issued, PathBuf)> {
     let watch = &ctx.watch;
     let owner = Owner {
@@ -120,6 +147,7 @@ fn proxy_credential(
         touched: Default::default(),
         secrets: Default::default(),
         reads: Default::default(),
+        plan_only,
     })?;
     crate::runner::fs::create_private_dir(&spec.dir)?;
     let path = spec.dir.join("kubeconfig");

@@ -171,6 +171,18 @@ pub fn runner_dir(root: &Path, watch: &Watch, object: &DynamicObject) -> PathBuf
     dir.join(object.name_any())
 }
 
+/// The data directory of a plan: its own, so a plan never shares a CR's directory (and its
+/// extra vars, command line and artifacts) with a real run of it. `.plans` is no API group.
+pub fn plan_dir(settings: &Settings, ident: &str) -> PathBuf {
+    settings.runner_dir.join(".plans").join(ident)
+}
+
+/// `--ansible-args` of a plan: the operator's, then check mode with diffs.
+pub fn plan_args(ansible_args: &str) -> String {
+    let args = crate::runner::input_dir::cmdline(ansible_args).unwrap_or_default();
+    format!("{args} --check --diff").trim_start().to_string()
+}
+
 /// A unique run id: decimal, like upstream's non-negative random int63.
 pub fn new_ident() -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -179,4 +191,20 @@ pub fn new_ident() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     (hasher.finish() >> 1).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_runs_in_check_mode_with_diffs_after_the_operators_own_args() {
+        assert_eq!(plan_args(""), "--check --diff");
+        assert_eq!(plan_args("--tags a"), "--tags a --check --diff");
+        assert_eq!(
+            plan_args("'--tags \"a,b\"'"),
+            "--tags \"a,b\" --check --diff",
+            "outer quotes stripped first"
+        );
+    }
 }

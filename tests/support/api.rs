@@ -45,7 +45,7 @@ impl ApiServer {
 
     fn curl(&self) -> Command {
         let mut curl = Command::new("curl");
-        curl.args(["--silent", "--show-error", "--max-time", "30"]);
+        curl.args(["--silent", "--show-error", "--max-time", "120"]);
         match &self.cacert {
             Some(cacert) => curl.arg("--cacert").arg(cacert),
             None => curl.arg("--insecure"),
@@ -55,10 +55,24 @@ impl ApiServer {
 
     /// One request with an optional bearer token.
     pub fn request(&self, method: &str, path: &str, token: Option<&str>) -> Reply {
+        self.request_with_body(method, path, token, None)
+    }
+
+    /// One request with an optional bearer token and an optional JSON body.
+    pub fn request_with_body(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
         let mut curl = self.curl();
         curl.args(["--request", method, "--write-out", "\n%{http_code}", &self.url(path)]);
         if let Some(token) = token {
             curl.args(["--header", &format!("Authorization: Bearer {token}")]);
+        }
+        if let Some(body) = body {
+            curl.args(["--header", "Content-Type: application/json", "--data-binary", &body.to_string()]);
         }
         let output = curl.output().expect("run curl");
         let text = String::from_utf8_lossy(&output.stdout).into_owned();

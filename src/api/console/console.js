@@ -203,6 +203,26 @@ async function kindCard(kind) {
 
 // ---------------------------------------------------------------- one CR
 
+const VERDICTS = { changed: 'changed', ok: 'ok', notChecked: 'not checked', skipped: 'skipped', failed: 'failed', unreachable: 'unreachable' };
+
+/** A plan's answer: one row per task and host with its verdict, message and diffs, then the counts. */
+function planView(plan) {
+  const show = (value) => (value === undefined ? '(absent)' : JSON.stringify(value));
+  const tasks = (plan.tasks || []).map((task) => h('li', { class: `task ${task.verdict}` },
+    h('span', { class: `badge ${task.verdict}`, text: VERDICTS[task.verdict] || task.verdict }),
+    h('span', { text: ` ${task.name} [${task.host}]` }),
+    task.object ? h('span', { class: 'muted', text: ` ${task.object}` }) : null,
+    task.message ? h('div', { class: 'message', text: task.message }) : null,
+    (task.diff || []).length ? h('pre', { class: 'diff', text: task.diff.map((d) => (d.type === 'field'
+      ? `${d.path}: ${show(d.before)} → ${show(d.after)}`
+      : `--- ${d.header}\n${d.before}+++ ${d.header}\n${d.after}`)).join('\n') }) : null));
+  const s = plan.summary || {};
+  return h('div', {},
+    h('p', { class: plan.result === 'Successful' ? 'notice' : 'error', id: 'plan-result',
+      text: `${plan.result}: ${s.changed} changed, ${s.ok} ok, ${s.notChecked} not checked, ${s.skipped} skipped, ${s.failed} failed${plan.message ? ` · ${plan.message}` : ''}` }),
+    h('ul', { class: 'plan-tasks' }, tasks));
+}
+
 async function crPage(group, plural, namespace, name) {
   const { kinds } = await api('/api/v1/kinds');
   const kind = kinds.find((k) => (k.group || 'core') === group && k.plural === plural);
@@ -222,6 +242,10 @@ async function crPage(group, plural, namespace, name) {
   const logRefused = h('p', { class: 'error', id: 'log-refused', hidden: true });
   const reconcile = h('button', { id: 'reconcile', class: 'primary', type: 'button', text: 'Reconcile now' });
   const pause = h('button', { id: 'pause', type: 'button', text: 'Pause' });
+  // Plan: the spec, editable; what the edited spec would do, from a check-mode run (needs update).
+  const specEditor = h('textarea', { id: 'spec', rows: 8, spellcheck: 'false' });
+  const planButton = h('button', { id: 'plan-button', class: 'primary', type: 'button', text: 'Plan' });
+  const planPane = h('div', { id: 'plan' });
   app.replaceChildren(
     h('div', { class: 'card' }, heading, notice,
       h('table', { class: 'conditions' }, h('thead', {}, h('tr', {},
@@ -231,7 +255,32 @@ async function crPage(group, plural, namespace, name) {
       h('section', { class: 'card' }, h('h2', { text: 'Runs' }), timeline),
       h('section', {},
         h('div', { class: 'card' }, runPane, chart),
-        h('div', { class: 'card' }, h('div', { class: 'log-head' }, h('h2', { text: 'Log' }), logState), logRefused, log))));
+        h('div', { class: 'card' }, h('div', { class: 'log-head' }, h('h2', { text: 'Log' }), logState), logRefused, log))),
+    h('section', { class: 'card' },
+      h('div', { class: 'log-head' }, h('h2', { text: 'Plan a change' }), planButton),
+      h('p', { class: 'muted', text: 'Edit the spec (JSON) and press Plan: the playbook runs in check mode, every write a dry run; nothing changes.' }),
+      specEditor, planPane));
+
+  planButton.addEventListener('click', async () => {
+    let spec;
+    try {
+      spec = JSON.parse(specEditor.value);
+    } catch (e) {
+      planPane.replaceChildren(h('p', { class: 'error', text: `The spec is not JSON: ${e.message}` }));
+      return;
+    }
+    planButton.disabled = true;
+    planPane.replaceChildren(h('p', { class: 'muted', text: 'Planning…' }));
+    try {
+      const plan = await api(`${base}/plan`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ spec }),
+      });
+      planPane.replaceChildren(planView(plan));
+    } catch (e) {
+      planPane.replaceChildren(h('p', { class: 'error', text: e.message }));
+    }
+    planButton.disabled = false;
+  });
 
   // selected: the run shown; awaiting: the newest run when "Reconcile now" was pressed.
   const state = { detail: null, selected: null, shown: null, awaiting: undefined, ending: undefined };
@@ -272,6 +321,7 @@ async function crPage(group, plural, namespace, name) {
 
   const runs = () => {
     const detail = state.detail;
+    if (detail && !specEditor.value) specEditor.value = JSON.stringify(detail.spec || {}, null, 2);
     const list = detail.runs.slice();
     if (detail.inFlight) list.unshift(detail.inFlight);
     return list;
