@@ -219,8 +219,13 @@ fn result_of(event: &JobEvent) -> Option<Map<String, Value>> {
 }
 
 /// A skip by `when` says so; a module that has no check mode says it would have run. Without the
-/// result (verbosity 0), a skipped module that has no check mode is taken as not checked.
+/// result (verbosity 0), a skipped module that has no check mode is taken as not checked. A `meta`
+/// task (`end_play`, `end_host`, ...) is Ansible's own: skipped, it was by its condition.
 fn skipped_by_condition(result: Option<&Map<String, Value>>, action: &str) -> bool {
+    let module = action.rsplit('.').next().unwrap_or(action);
+    if module == "meta" {
+        return true;
+    }
     match result {
         Some(result) if result.contains_key("false_condition") => true,
         Some(result)
@@ -229,7 +234,7 @@ fn skipped_by_condition(result: Option<&Map<String, Value>>, action: &str) -> bo
             true
         }
         Some(result) if result.contains_key("msg") => false,
-        _ => !NO_CHECK_MODE.contains(&action.rsplit('.').next().unwrap_or(action)),
+        _ => !NO_CHECK_MODE.contains(&module),
     }
 }
 
@@ -402,6 +407,20 @@ mod tests {
         let plan = from_events(&[skipped("ansible.builtin.command"), skipped("ansible.builtin.debug")]);
         assert_eq!(plan.tasks[0].verdict, Verdict::NotChecked);
         assert_eq!(plan.tasks[1].verdict, Verdict::Skipped);
+    }
+
+    #[test]
+    fn a_meta_task_skipped_by_its_condition_is_a_skip_whatever_its_result_says() {
+        let end_play = JobEvent {
+            event: "runner_on_skipped".into(),
+            event_data: json!({"task": "t", "task_action": "ansible.builtin.meta", "host": "h"})
+                .as_object()
+                .unwrap()
+                .clone(),
+            stdout: "skipping: [h] => {\"msg\": \"end_play\", \"skipped\": true}".into(),
+            ..JobEvent::default()
+        };
+        assert_eq!(from_events(&[end_play]).tasks[0].verdict, Verdict::Skipped);
     }
 
     #[test]

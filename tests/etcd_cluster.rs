@@ -1,5 +1,6 @@
 //! The EtcdCluster sample (`watches.yaml`, `playbooks/etcdcluster*.yml`): etcd installed as a binary
-//! over SSH on real sshd test hosts, grown, shrunk, upgraded and uninstalled through its CR.
+//! over SSH on real sshd test hosts, planned (check mode: what adding a host would run), grown,
+//! shrunk, upgraded and uninstalled through its CR.
 
 mod support;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+use support::api::{ApiServer, service_account};
 use support::etcd;
 use support::hosts::{self, Host};
 use support::setup::Test;
@@ -84,10 +86,12 @@ async fn failover(api: &Api<DynamicObject>, name: &str, member: &str, action: &s
 }
 
 #[tokio::test]
-async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ssh() {
+async fn etcd_cluster_is_installed_planned_grown_shrunk_upgraded_and_uninstalled_over_ssh() {
     let all = hosts::hosts();
     let Test { client, ns, api } = Test::setup("sample-etcdcluster").sample(GROUP, KIND).build().await;
-    let operator = etcd::sample_operator(&ns.name).start();
+    let api_port = support::free_port();
+    let operator =
+        etcd::sample_operator(&ns.name).arg(format!("--api-bind-address=127.0.0.1:{api_port}")).start();
     etcd::create_hosts_secret(&client, &ns.name, "etcd-hosts-ssh").await;
     let (client_port, peer_port) = (23790, 23800);
     let name = "prod";
@@ -115,6 +119,32 @@ async fn etcd_cluster_is_installed_grown_shrunk_upgraded_and_uninstalled_over_ss
     assert!(members.iter().all(|m| m["healthy"] == true && m["version"] == "3.6.4"), "{members:?}");
     assert_eq!(done.data["status"]["readyMembers"], 3);
     let pids: Vec<Option<u32>> = all[..3].iter().map(|h| etcd::member_pid(h, &ns.name, name)).collect();
+
+    // A plan of a fourth host names what would run on it and changes nothing anywhere.
+    let planner = service_account(&ns.name, "planner", "get,list,update", "etcdclusters.etcd.example.com");
+    let operator_api = ApiServer::localhost(api_port, None);
+    operator_api.wait_until_up(WAIT);
+    let mut four = done.data["spec"].clone();
+    four["hosts"] = json!(Host::specs(&[&all[0], &all[1], &all[2], &all[3]]));
+    let plan_path = format!("/api/v1/kinds/{GROUP}/etcdclusters/crs/{}/{name}/plan", ns.name);
+    let reply =
+        operator_api.request_with_body("POST", &plan_path, Some(&planner), Some(&json!({"spec": four})));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let plan = reply.body;
+    assert_eq!(plan["result"], "Successful", "{plan}");
+    let verdict = |task: &str, host: &str| {
+        let tasks = plan["tasks"].as_array().unwrap();
+        let found = tasks.iter().find(|t| t["name"] == task && t["host"] == host);
+        found.map(|t| t["verdict"].as_str().unwrap_or_default().to_string())
+    };
+    assert_eq!(verdict("Binaries of etcd 3.6.4", "host4").as_deref(), Some("changed"), "{plan}");
+    assert_eq!(verdict("Binaries of etcd 3.6.4", "host1").as_deref(), Some("ok"), "{plan}");
+    assert_eq!(verdict("Join the running cluster", "host4").as_deref(), Some("notChecked"), "{plan}");
+    assert_eq!(verdict("Start etcd", "host4").as_deref(), Some("notChecked"), "{plan}");
+    assert!(!etcd::install_dir(&all[3], &ns.name, name).exists(), "the plan installed nothing on host4");
+    assert_members(&all[0], client_port, &["host1", "host2", "host3"]).await;
+    let unplanned = api.get(name).await.unwrap();
+    assert_eq!(unplanned.data["status"], done.data["status"], "the plan wrote no status");
 
     // A fourth host joins; only it changes.
     let patch = json!({"spec": {"hosts": Host::specs(&[&all[0], &all[1], &all[2], &all[3]])}});
