@@ -4,6 +4,7 @@
 //! server reviews (`TokenReview`), and is allowed only as far as the user's RBAC on the CR's own
 //! resource goes (`SubjectAccessReview`: reading needs `get`/`list`; a reconcile, a pause or a resume `patch`).
 
+mod admission;
 mod console;
 mod handlers;
 mod inputs;
@@ -55,6 +56,8 @@ pub struct State {
     pub kinds: Vec<Kind>,
     /// `--runner-dir`: where the runs' artifacts (and so their logs) are.
     pub runner_dir: PathBuf,
+    /// The validate playbooks' runner, when a watch has one.
+    pub validator: Option<Arc<crate::admission::Validator>>,
 }
 
 impl std::fmt::Debug for State {
@@ -132,6 +135,7 @@ fn router(state: Arc<State>) -> Router {
         .route(&format!("{cr}/reconcile"), post(handlers::reconcile))
         .route(&format!("{cr}/pause"), post(handlers::pause))
         .route(&format!("{cr}/resume"), post(handlers::resume))
+        .route("/validate/{group}/{version}/{kind}", post(admission::validate))
         .merge(console::routes())
         .fallback(|| async { Error::NotFound("no such endpoint".into()) })
         .with_state(state)
