@@ -50,10 +50,11 @@ impl Request {
         if !object.is_object() {
             return Err(Error::Malformed("no request.object"));
         }
-        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-            if !namespace.is_empty() && !metadata.contains_key("namespace") {
-                metadata.insert("namespace".into(), Value::from(namespace.clone()));
-            }
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+            && !namespace.is_empty()
+            && !metadata.contains_key("namespace")
+        {
+            metadata.insert("namespace".into(), Value::from(namespace.clone()));
         }
         Ok(Request {
             uid,
@@ -194,8 +195,8 @@ mod tests {
             verdict(&report),
             Verdict::Denied("validation timed out after 5s while running task \"slow\"".into())
         );
-        let mut report = Report::default();
-        report.output = vec!["ERROR! the playbook could not be found".into()];
+        let report =
+            Report { output: vec!["ERROR! the playbook could not be found".into()], ..Default::default() };
         assert_eq!(
             verdict(&report),
             Verdict::Denied("validation did not finish: ERROR! the playbook could not be found".into())
