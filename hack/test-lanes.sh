@@ -31,7 +31,7 @@ case "$pass" in
     lanes=(
       "--lib --bins --test module_graph --test ssh --test security_inventory --test etcd_cluster --test etcd_restore"
       "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test node --test pod_modules --test scaffold"
-      "--test executor --test core --test extra_vars --test security_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults --test pause --test ready_conditions --test read_set"
+      "--test executor --test core --test extra_vars --test security_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults --test pause --test ready_conditions --test read_set --test admission"
       "--test history --test events --test api --test console --test storm --test startup_resync --test security_access --test replay --test secrets_masked --test plan"
       "python"
     )

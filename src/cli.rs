@@ -322,6 +322,34 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_API_CERT_DIR")]
     pub api_cert_dir: Option<std::path::PathBuf>,
 
+    /// Name of the `ValidatingWebhookConfiguration` applied at start for the watches with
+    /// `validate` (one webhook per kind).
+    #[arg(
+        long,
+        env = "ANSIBLE_OPERATOR_WEBHOOK_CONFIGURATION_NAME",
+        default_value = "ansible-operator-validate"
+    )]
+    pub webhook_configuration_name: String,
+
+    /// Host the API server calls the validating webhooks at (`https://<host>:<API port>/validate/...`),
+    /// for an operator outside the cluster; without it, the Service named by
+    /// `--webhook-service-name` is called.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_HOST")]
+    pub webhook_host: Option<String>,
+
+    /// Service in front of the operator's API port that the API server calls the validating
+    /// webhooks through (in a cluster).
+    #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_SERVICE_NAME", default_value = "ansible-operator-api")]
+    pub webhook_service_name: String,
+
+    /// Namespace of `--webhook-service-name` (default: the pod's namespace, from the service account).
+    #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_SERVICE_NAMESPACE")]
+    pub webhook_service_namespace: Option<String>,
+
+    /// Port of `--webhook-service-name`.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_SERVICE_PORT", default_value_t = 8082)]
+    pub webhook_service_port: u16,
+
     /// Run records (`AnsibleRun` objects) kept per CR; 0 keeps none. A watch's `runHistoryLimit`
     /// wins.
     #[arg(long, env = "ANSIBLE_OPERATOR_RUN_HISTORY_LIMIT", default_value_t = 10)]

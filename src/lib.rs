@@ -4,6 +4,7 @@
 //! `vars` → `runner` → `outcome` → `status`.
 
 pub mod access;
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod cli;

@@ -15,6 +15,8 @@ use rustls::sign::CertifiedKey;
 
 /// The certificate file in a certificate directory.
 pub const CERT_FILE: &str = "tls.crt";
+/// The CA file in a certificate directory (as cert-manager writes it), when there is one.
+pub const CA_FILE: &str = "ca.crt";
 /// The key file in a certificate directory.
 pub const KEY_FILE: &str = "tls.key";
 
@@ -40,13 +42,21 @@ pub struct Server {
     pub config: Arc<rustls::ServerConfig>,
     /// `AA:BB:...`, for the log.
     pub fingerprint: String,
+    /// The CA a client trusts the certificate by (PEM), for a webhook's `caBundle`: the
+    /// self-signed certificate itself, or the directory's `ca.crt`, else its `tls.crt`.
+    pub ca_pem: Vec<u8>,
 }
 
 /// A TLS server configuration: from `cert_dir` when given (re-read on change), else self-signed
 /// for `names`. HTTP/1.1 only.
 pub fn server(cert_dir: Option<&Path>, names: &[String]) -> Result<Server, Error> {
-    let resolver = match cert_dir {
-        Some(dir) => Resolver::from_dir(dir)?,
+    let (resolver, ca_pem) = match cert_dir {
+        Some(dir) => {
+            let ca = [dir.join(CA_FILE), dir.join(CERT_FILE)]
+                .into_iter()
+                .find_map(|path| std::fs::read(path).ok());
+            (Resolver::from_dir(dir)?, ca.unwrap_or_default())
+        }
         None => Resolver::self_signed(names)?,
     };
     let fingerprint = resolver.fingerprint();
@@ -57,7 +67,7 @@ pub fn server(cert_dir: Option<&Path>, names: &[String]) -> Result<Server, Error
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Server { config: Arc::new(config), fingerprint })
+    Ok(Server { config: Arc::new(config), fingerprint, ca_pem })
 }
 
 /// Files and their modification times, when the certificate came from a directory.
@@ -84,14 +94,16 @@ impl Resolver {
         })
     }
 
-    fn self_signed(names: &[String]) -> Result<Resolver, Error> {
+    fn self_signed(names: &[String]) -> Result<(Resolver, Vec<u8>), Error> {
         let made = rcgen::generate_simple_self_signed(names.to_vec())
             .map_err(|e| Error::SelfSigned(e.to_string()))?;
         let cert = CertificateDer::from(made.cert.der().to_vec());
         let key = PrivateKeyDer::try_from(made.signing_key.serialize_der())
             .map_err(|e| Error::SelfSigned(e.to_string()))?;
         let signer = any_supported_type(&key).map_err(|e| Error::SelfSigned(e.to_string()))?;
-        Ok(Resolver { current: Mutex::new(Arc::new(CertifiedKey::new(vec![cert], signer))), source: None })
+        let resolver =
+            Resolver { current: Mutex::new(Arc::new(CertifiedKey::new(vec![cert], signer))), source: None };
+        Ok((resolver, made.cert.pem().into_bytes()))
     }
 
     fn fingerprint(&self) -> String {

@@ -321,6 +321,9 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
     allowed.push(("patch", "ansibleruns.ansible-operator.dev/status", Some("some-app")));
     allowed.push(("create", "tokenreviews.authentication.k8s.io", None));
     allowed.push(("create", "subjectaccessreviews.authorization.k8s.io", None));
+    for verb in ["get", "create", "patch"] {
+        allowed.push((verb, "validatingwebhookconfigurations.admissionregistration.k8s.io", None));
+    }
 
     let denied = [
         ("create", "memcacheds.cache.example.com", Some("default")),
@@ -340,6 +343,8 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         ("create", "clusterroles.rbac.authorization.k8s.io", None),
         ("update", "ansibleruns.ansible-operator.dev", Some("some-app")),
         ("get", "tokenreviews.authentication.k8s.io", None),
+        ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None),
     ];
 
     let wrong: Vec<String> = allowed

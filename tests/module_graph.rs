@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["cli"],
     &["controller"],
     &["api", "health"],
+    &["admission"],
     &["reconcile"],
     &["remote", "vars", "status", "proxy", "sharding", "plan"],
     &["runner", "leader"],

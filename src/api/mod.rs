@@ -5,6 +5,7 @@
 //! resource goes (`SubjectAccessReview`: reading needs `get`/`list`; a reconcile, a pause or a resume
 //! `patch`; a plan `update`).
 
+mod admission;
 mod console;
 mod handlers;
 mod inputs;
@@ -58,6 +59,8 @@ pub struct State {
     pub kinds: Vec<Kind>,
     /// `--runner-dir`: where the runs' artifacts (and so their logs) are.
     pub runner_dir: PathBuf,
+    /// The validate playbooks' runner, when a watch has one.
+    pub validator: Option<Arc<crate::admission::Validator>>,
 }
 
 impl std::fmt::Debug for State {
@@ -141,6 +144,7 @@ fn router(state: Arc<State>) -> Router {
         .route(&format!("{cr}/resume"), post(handlers::resume))
         .route(&format!("{cr}/plan"), post(handlers::plan))
         .route("/api/v1/namespaces/{namespace}/{plural}/{name}/plan", post(handlers::plan_by_plural))
+        .route("/validate/{group}/{version}/{kind}", post(admission::validate))
         .merge(console::routes())
         .fallback(|| async { Error::NotFound("no such endpoint".into()) })
         .with_state(state)

@@ -67,7 +67,7 @@ async fn serve(args: &RunArgs, wired: &Wiring, watches: Vec<Watch>) -> anyhow::R
     let dependents = wiring::dependents(args, wired);
     let proxy = servers::serve_proxy(args, wired, dependents.clone()).await?;
     let controllers = wiring::controllers(wired, watches, &proxy, &dependents).await?;
-    servers::serve_api(args, wired, &controllers).await?;
+    servers::serve_api(args, wired, &controllers, &proxy).await?;
     if args.max_runner_artifacts_total > 0 {
         tokio::spawn(servers::prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
     }

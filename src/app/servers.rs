@@ -9,6 +9,7 @@ use anyhow::Context as _;
 
 use super::wiring::Wiring;
 use crate::access::Access;
+use crate::admission::{Validator, configuration};
 use crate::cli::RunArgs;
 use crate::controller::WatchController;
 use crate::health;
@@ -68,25 +69,89 @@ pub(super) async fn serve_api(
     args: &RunArgs,
     wired: &Wiring,
     controllers: &[WatchController],
+    proxy: &Arc<Proxy>,
 ) -> anyhow::Result<()> {
     let address = &args.api_bind_address;
+    let kinds: Vec<api::Kind> = controllers.iter().map(WatchController::kind).collect();
+    let validated: Vec<configuration::Kind> = kinds
+        .iter()
+        .filter_map(|kind| {
+            let validate = kind.composer.watch.extensions.validate.clone()?;
+            let (gvk, plural) = (kind.composer.watch.gvk.clone(), kind.resource.plural.clone());
+            Some(configuration::Kind { gvk, plural, validate })
+        })
+        .collect();
     let Some(listener) =
         http_server::bind(address).await.with_context(|| format!("serve the API on {address}"))?
     else {
+        if !validated.is_empty() {
+            tracing::warn!(target: TARGET, "watches name validate playbooks but the API server is disabled (--api-bind-address=0): no validating webhook is served");
+        }
         return Ok(());
     };
     let tls = tls::server(args.api_cert_dir.as_deref(), &certificate_names())
         .context("the API's TLS certificate")?;
+    let validator = (!validated.is_empty()).then(|| {
+        Arc::new(Validator::new(
+            kinds.iter().map(|kind| kind.composer.clone()),
+            wired.settings.runner.clone(),
+            args.runner_dir.clone(),
+            proxy.clone(),
+            args.trust_cr_variables,
+        ))
+    });
+    if !validated.is_empty() {
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+        let endpoint = webhook_endpoint(args, port);
+        let config = configuration::configuration(
+            &args.webhook_configuration_name,
+            &validated,
+            &endpoint,
+            &tls.ca_pem,
+        );
+        apply_webhooks(&wired.client, &config, &args.webhook_configuration_name).await;
+    }
     let state = api::State {
         client: wired.client.clone(),
         access: Access::new(wired.client.clone()),
         history: wired.history.clone(),
         live: wired.settings.live.clone(),
-        kinds: controllers.iter().map(WatchController::kind).collect(),
+        kinds,
         runner_dir: args.runner_dir.clone(),
+        validator,
     };
     tokio::spawn(api::serve(listener, tls, Arc::new(state), wired.shutdown.clone()));
     Ok(())
+}
+
+/// Where the API server calls the webhooks: `--webhook-host` at the API's port, else the Service.
+fn webhook_endpoint(args: &RunArgs, port: u16) -> configuration::Endpoint {
+    match &args.webhook_host {
+        Some(host) => configuration::Endpoint::Url { host: host.clone(), port },
+        None => configuration::Endpoint::Service {
+            namespace: args
+                .webhook_service_namespace
+                .clone()
+                .or_else(crate::leader::in_cluster_namespace)
+                .unwrap_or_else(|| "default".into()),
+            name: args.webhook_service_name.clone(),
+            port: args.webhook_service_port,
+        },
+    }
+}
+
+/// Applies the webhook configuration; without the right to (or on any error) warns and goes on:
+/// the API server then never calls the webhook, and CRs are admitted unvalidated.
+async fn apply_webhooks(client: &kube::Client, config: &serde_json::Value, name: &str) {
+    match configuration::apply(client, config).await {
+        Ok(()) => tracing::info!(target: TARGET, name, "applied the ValidatingWebhookConfiguration"),
+        Err(error) => tracing::warn!(
+            target: TARGET,
+            name,
+            error = %crate::logging::error_chain(&error),
+            "could not apply the ValidatingWebhookConfiguration (the operator needs get, create and patch on admissionregistration.k8s.io validatingwebhookconfigurations): validate playbooks are not called"
+        ),
+    }
 }
 
 /// The names a self-signed certificate is made for: localhost and the pod's (or host's) name.

@@ -38,6 +38,21 @@ pub const MAX_TOUCHED: usize = 200;
 pub const MAX_READS: usize = 200;
 
 impl Grant {
+    /// The grant of a run that must not change anything (a plan, a validation): every write is a
+    /// server-side dry run, and nothing is linked, watched or recorded.
+    pub fn plan(owner: Owner) -> Grant {
+        Grant {
+            owner,
+            watch_dependents: false,
+            watch_cluster_scoped: false,
+            blacklist: Vec::new(),
+            touched: Mutex::default(),
+            secrets: Arc::default(),
+            reads: Mutex::default(),
+            plan_only: true,
+        }
+    }
+
     /// Records a write, up to [`MAX_TOUCHED`].
     pub fn touched(&self, write: Touched) {
         let mut touched = self.touched.lock().unwrap_or_else(|p| p.into_inner());

@@ -40,3 +40,20 @@ mod tests {
         assert_eq!(parsed["contexts"][0]["context"]["namespace"], "team-a");
     }
 }
+
+/// Writes the kubeconfig of a run's credential (mode 0600) into its runner dir and points the run at
+/// it (`KUBECONFIG`, `K8S_AUTH_KUBECONFIG`). Returns its path.
+pub fn install(
+    spec: &mut crate::runner::RunSpec,
+    port: u16,
+    token: &str,
+    namespace: Option<&str>,
+) -> std::io::Result<std::path::PathBuf> {
+    crate::runner::fs::create_private_dir(&spec.dir)?;
+    let path = spec.dir.join("kubeconfig");
+    crate::runner::fs::write_private(&path, render(port, token, namespace))?;
+    let value = serde_json::Value::from(path.display().to_string());
+    spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
+    spec.env_vars.insert("KUBECONFIG".into(), value);
+    Ok(path)
+}

@@ -149,12 +149,7 @@ fn proxy_credential(
         reads: Default::default(),
         plan_only,
     })?;
-    crate::runner::fs::create_private_dir(&spec.dir)?;
-    let path = spec.dir.join("kubeconfig");
-    let text = crate::proxy::kubeconfig::render(proxy.port(), &issued.token, object.namespace().as_deref());
-    crate::runner::fs::write_private(&path, text)?;
-    let value = Value::from(path.display().to_string());
-    spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
-    spec.env_vars.insert("KUBECONFIG".into(), value);
+    let path =
+        crate::proxy::kubeconfig::install(spec, proxy.port(), &issued.token, object.namespace().as_deref())?;
     Ok((issued, path))
 }

@@ -184,11 +184,29 @@ pub enum Error {
         /// The value as written.
         value: String,
     },
-    /// `precheck` names neither a playbook nor a role.
-    #[error("{at}: field \"precheck\": must be a playbook path or a mapping with playbook or role")]
+    /// `precheck` or `validate` names neither a playbook nor a role.
+    #[error("{at}: field {field:?}: must be a playbook path or a mapping with playbook or role")]
     PrecheckTarget {
         /// The entry.
         at: Box<EntryRef>,
+        /// `precheck` or `validate`.
+        field: &'static str,
+    },
+    /// `validateFailurePolicy` is neither `Fail` nor `Ignore`.
+    #[error("{at}: field \"validateFailurePolicy\": {value:?} is not one of \"Fail\", \"Ignore\"")]
+    FailurePolicy {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// The value as written.
+        value: String,
+    },
+    /// `validateTimeout` is not a Go duration between 1s and 30s.
+    #[error("{at}: field \"validateTimeout\": {reason}")]
+    ValidateTimeout {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// Why it was rejected; names the value.
+        reason: String,
     },
     /// `finalizer` has no `name`.
     #[error("{at}: field \"finalizer.name\": finalizer must have a name")]

@@ -32,4 +32,6 @@ pub use fields::describe;
 pub use gvk::Gvk;
 pub use load::{load, parse};
 pub use namespaces::watch_namespaces;
-pub use watch::{Defaults, Extensions, Finalizer, HostKeyChecking, Loaded, Target, Watch};
+pub use watch::{
+    Defaults, Extensions, FailurePolicy, Finalizer, HostKeyChecking, Loaded, Target, Validate, Watch,
+};

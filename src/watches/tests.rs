@@ -438,6 +438,57 @@ fn precheck_paths_are_resolved_like_the_target() {
 }
 
 #[test]
+fn validate_is_resolved_like_precheck_and_defaults_to_fail_within_five_seconds() {
+    let (dir, env) = project();
+    let watch = one(&memcached("  role: memcached\n  validate: playbook.yml\n"), &env);
+    let validate = watch.extensions.validate.expect("a validate");
+    assert_eq!(validate.target, Target::Playbook(dir.path().join("playbook.yml")));
+    assert_eq!(validate.failure_policy, crate::watches::FailurePolicy::Fail);
+    assert_eq!(validate.timeout, std::time::Duration::from_secs(5));
+    let watch = one(
+        &memcached(
+            "  role: memcached\n  validate: {role: memcached}\n  validateFailurePolicy: Ignore\n  validateTimeout: 2500ms\n",
+        ),
+        &env,
+    );
+    let validate = watch.extensions.validate.expect("a validate");
+    assert_eq!(validate.target, Target::Role(dir.path().join("roles/memcached")));
+    assert_eq!(validate.failure_policy, crate::watches::FailurePolicy::Ignore);
+    assert_eq!(validate.timeout, std::time::Duration::from_millis(2500));
+    assert_eq!(one(&memcached("  role: memcached\n"), &env).extensions.validate, None);
+}
+
+#[test]
+fn a_bad_validate_key_stops_the_load_naming_field_and_value() {
+    let (dir, env) = project();
+    let err = parse_err(&memcached("  role: memcached\n  validate: {playbook: missing.yml}\n"), &env);
+    let missing = dir.path().join("missing.yml");
+    assert!(
+        err.ends_with(&format!("field \"validate.playbook\": playbook {} was not found", missing.display())),
+        "{err}"
+    );
+    let err = parse_err(&memcached("  role: memcached\n  validate: {}\n"), &env);
+    assert!(
+        err.ends_with("field \"validate\": must be a playbook path or a mapping with playbook or role"),
+        "{err}"
+    );
+    let err = parse_err(
+        &memcached("  role: memcached\n  validate: playbook.yml\n  validateFailurePolicy: fail\n"),
+        &env,
+    );
+    assert!(
+        err.ends_with("field \"validateFailurePolicy\": \"fail\" is not one of \"Fail\", \"Ignore\""),
+        "{err}"
+    );
+    let err =
+        parse_err(&memcached("  role: memcached\n  validate: playbook.yml\n  validateTimeout: 45s\n"), &env);
+    assert!(
+        err.starts_with("watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"validateTimeout\": \"45s\""),
+        "{err}"
+    );
+}
+
+#[test]
 fn top_level_must_be_a_list() {
     let (_dir, env) = project();
     assert_eq!(

@@ -49,6 +49,8 @@ pub struct Extensions {
     pub host_key_checking: HostKeyChecking,
     /// `precheck`: a playbook or role run before the main target against the same inventory.
     pub precheck: Option<Target>,
+    /// `validate`: an admission playbook run in check mode on each CREATE and UPDATE of this kind.
+    pub validate: Option<Validate>,
     /// `executor`: `warm` or `cold` for this kind; `None` follows `--ansible-executor`.
     pub executor: Option<crate::executor_mode::Executor>,
     /// `runHistoryLimit`: run records kept per CR of this kind (0: none); `None` follows
@@ -85,6 +87,37 @@ impl Extensions {
     /// Whether runs reach hosts over SSH set up by the operator (an inventory or a key is given).
     pub fn uses_ssh(&self) -> bool {
         self.inventory.is_some() || self.ssh_key_secret.is_some()
+    }
+}
+
+/// The `validate` key and its settings: what the operator's validating webhook runs for a kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validate {
+    /// The playbook or role run in check mode with the incoming object.
+    pub target: Target,
+    /// `validateFailurePolicy`: what the API server does when the operator does not answer.
+    pub failure_policy: FailurePolicy,
+    /// `validateTimeout`: longest one validation may take (default 5s, at most 30s).
+    pub timeout: Duration,
+}
+
+/// `validateFailurePolicy`: the webhook's `failurePolicy`, as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    /// The API server refuses the request when the webhook does not answer.
+    #[default]
+    Fail,
+    /// The API server lets the request through when the webhook does not answer.
+    Ignore,
+}
+
+impl FailurePolicy {
+    /// The value in a `ValidatingWebhookConfiguration`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
     }
 }
 

@@ -1,0 +1,150 @@
+//! Admission playbooks: a watch's `validate` playbook or role run once, in Ansible check mode, for
+//! each CREATE and UPDATE of its kind the API server sends to the operator's webhook, with the
+//! incoming object's usual extra vars plus `ansible_operator_admission`. A failed task denies the
+//! request with its message. Validation runs are not reconciles: no status, no run record, no
+//! reconcile metrics. Their proxy credential is a plan's: a playbook may read through it (to
+//! compare with other objects, say), every write is a server-side dry run, and what it reads from
+//! Secrets is masked in the message it denies with.
+
+pub mod configuration;
+pub mod review;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use kube::ResourceExt;
+
+use crate::proxy::Proxy;
+use crate::proxy::credentials::Grant;
+use crate::proxy::owner::Owner;
+use crate::reconcile::inputs::Composer;
+use crate::reconcile::{new_ident, plan_args, run_spec, trusts_cr_variables, unsafe_strings, vars_input};
+use crate::runner;
+use crate::vars;
+use crate::watches::Gvk;
+pub use review::{Request, Verdict};
+
+/// Runs the validations of the watched kinds that have one.
+pub struct Validator {
+    /// The composers of the kinds with `validate`.
+    kinds: Vec<Arc<Composer>>,
+    /// How runs start (the warm executor, the cold one).
+    runner: runner::Settings,
+    /// Where validation runs' directories are made (`<runner dir>/.admission/<ident>`).
+    root: PathBuf,
+    /// The API proxy, which issues each run its plan-only credential.
+    proxy: Arc<Proxy>,
+    /// `--trust-cr-variables`.
+    trust_cr_variables: bool,
+}
+
+impl std::fmt::Debug for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Validator").field("kinds", &self.kinds.len()).finish_non_exhaustive()
+    }
+}
+
+impl Validator {
+    /// A validator for the kinds among `kinds` whose watch has `validate`.
+    pub fn new(
+        kinds: impl IntoIterator<Item = Arc<Composer>>,
+        runner: runner::Settings,
+        runner_dir: PathBuf,
+        proxy: Arc<Proxy>,
+        trust_cr_variables: bool,
+    ) -> Self {
+        let kinds = kinds.into_iter().filter(|c| c.watch.extensions.validate.is_some()).collect();
+        Validator { kinds, runner, root: runner_dir.join(".admission"), proxy, trust_cr_variables }
+    }
+
+    /// The composer of a kind this validator serves.
+    fn kind(&self, gvk: &Gvk) -> Option<&Arc<Composer>> {
+        self.kinds.iter().find(|c| &c.watch.gvk == gvk)
+    }
+
+    /// Answers one AdmissionReview body for `gvk`: an answer always, denying on any error of ours.
+    pub async fn review(&self, gvk: &Gvk, body: &Value) -> Value {
+        let request = match Request::parse(body) {
+            Ok(request) => request,
+            Err(error) => {
+                let uid = body.pointer("/request/uid").and_then(Value::as_str).unwrap_or_default();
+                return review::answer(uid, &Verdict::Denied(error.to_string()));
+            }
+        };
+        let started = std::time::Instant::now();
+        let verdict = self.validate(gvk, &request).await;
+        let allowed = verdict == Verdict::Allowed;
+        tracing::info!(
+            kind = %gvk, operation = %request.operation, allowed,
+            elapsed_ms = started.elapsed().as_millis() as u64, "validated"
+        );
+        review::answer(&request.uid, &verdict)
+    }
+
+    async fn validate(&self, gvk: &Gvk, request: &Request) -> Verdict {
+        let Some(composer) = self.kind(gvk) else {
+            return Verdict::Denied(format!("the operator has no validate playbook for {gvk}"));
+        };
+        let watch = &composer.watch;
+        let Some(validate) = &watch.extensions.validate else {
+            return Verdict::Denied(format!("the operator has no validate playbook for {gvk}"));
+        };
+        let inputs = &composer.inputs;
+        if !trusts_cr_variables(watch, self.trust_cr_variables) {
+            let input = vars_input(watch, inputs.trust_cr_templates, &request.object, false);
+            if let Err(reserved) = vars::check_reserved(&input) {
+                return Verdict::Denied(reserved.to_string());
+            }
+        }
+        let object: DynamicObject = match serde_json::from_value(request.object.clone()) {
+            Ok(object) => object,
+            Err(error) => return Verdict::Denied(format!("the object could not be read: {error}")),
+        };
+        let ident = new_ident();
+        let mut spec = run_spec(watch, inputs, &object, &request.object, false, ident.clone(), None);
+        spec.target = validate.target.clone();
+        spec.dir = self.root.join(&ident);
+        spec.timeout = Some(validate.timeout);
+        spec.rotate_artifacts = 1;
+        spec.ansible_args = plan_args(&inputs.ansible_args);
+        let which = unsafe_strings(watch, inputs.trust_cr_templates);
+        let admission = request.admission_var(|value| vars::wrap(value, which));
+        spec.extra_vars.insert(review::ADMISSION_VAR.into(), admission);
+        let verdict = match self.run(gvk, &object, &mut spec).await {
+            Ok(report) => review::verdict(&report),
+            Err(error) => {
+                let error = crate::logging::error_chain(&error);
+                tracing::warn!(kind = %gvk, %error, "validation could not run");
+                Verdict::Denied(format!("validation could not run: {error}"))
+            }
+        };
+        let _ = std::fs::remove_dir_all(&spec.dir);
+        verdict
+    }
+
+    /// Issues the run a plan-only credential, writes its kubeconfig and runs.
+    async fn run(
+        &self,
+        gvk: &Gvk,
+        object: &DynamicObject,
+        spec: &mut runner::RunSpec,
+    ) -> Result<runner::Report, runner::Error> {
+        let write_error = |source| runner::Error::WriteInput { dir: spec.dir.clone(), source };
+        let namespace = object.namespace();
+        let owner = Owner {
+            gvk: gvk.clone(),
+            name: object.name_any(),
+            uid: object.uid().unwrap_or_default(),
+            namespace: namespace.clone(),
+            shard_label: None,
+        };
+        let issued = self.proxy.credentials().issue(Grant::plan(owner)).map_err(write_error)?;
+        let token = &issued.token;
+        crate::proxy::kubeconfig::install(spec, self.proxy.port(), token, namespace.as_deref())
+            .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
+        runner::run(&self.runner, spec, None, &issued.grant.secrets).await
+    }
+}
