@@ -26,21 +26,6 @@ current-context: {namespace}/proxy-server
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kubeconfig_honours_the_proxy_port_and_carries_the_run_token() {
-        let text = render(18888, "abc123", Some("team-a"));
-        let parsed: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
-        assert_eq!(parsed["clusters"][0]["cluster"]["server"], "http://127.0.0.1:18888");
-        assert_eq!(parsed["users"][0]["user"]["token"], "abc123");
-        assert_eq!(parsed["current-context"], "team-a/proxy-server");
-        assert_eq!(parsed["contexts"][0]["context"]["namespace"], "team-a");
-    }
-}
-
 /// Writes the kubeconfig of a run's credential (mode 0600) into its runner dir and points the run at
 /// it (`KUBECONFIG`, `K8S_AUTH_KUBECONFIG`). Returns its path.
 pub fn install(
@@ -56,4 +41,19 @@ pub fn install(
     spec.env_vars.insert("K8S_AUTH_KUBECONFIG".into(), value.clone());
     spec.env_vars.insert("KUBECONFIG".into(), value);
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubeconfig_honours_the_proxy_port_and_carries_the_run_token() {
+        let text = render(18888, "abc123", Some("team-a"));
+        let parsed: serde_json::Value = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(parsed["clusters"][0]["cluster"]["server"], "http://127.0.0.1:18888");
+        assert_eq!(parsed["users"][0]["user"]["token"], "abc123");
+        assert_eq!(parsed["current-context"], "team-a/proxy-server");
+        assert_eq!(parsed["contexts"][0]["context"]["namespace"], "team-a");
+    }
 }
