@@ -9,6 +9,7 @@
 //! client-side timestamps; memory and CPU from `/proc`. Prints a Markdown report and writes it,
 //! with every raw sample, to `bench/results/<time>/`.
 
+mod admission;
 mod cluster;
 mod operator;
 mod phases;
@@ -43,6 +44,7 @@ enum Scenario {
     Scale,
     Restart,
     Sharding,
+    Admission,
 }
 
 /// Benchmark of ansible-operator on the local control plane.
@@ -50,7 +52,11 @@ enum Scenario {
 #[command(name = "ansible-operator-bench")]
 struct Args {
     /// Scenarios to run.
-    #[arg(long, value_delimiter = ',', default_value = "floor,single,burst,scale,restart,sharding")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "floor,single,burst,scale,restart,sharding,admission"
+    )]
     only: Vec<Scenario>,
     /// Measured runs for the floor and single-CR latency (each after one warm-up run).
     #[arg(long, default_value_t = 10)]
@@ -61,6 +67,9 @@ struct Args {
     /// `--max-concurrent-reconciles` values for the burst scenario.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     burst_concurrency: Vec<usize>,
+    /// Dry-run creates timed in the admission scenario (after three warm-up ones).
+    #[arg(long, default_value_t = 100)]
+    admission_requests: usize,
     /// Our executors to measure, each as its own flavor (`--ansible-executor`).
     #[arg(long, value_delimiter = ',', default_value = "warm,cold")]
     executors: Vec<Executor>,
@@ -257,7 +266,7 @@ async fn main() -> anyhow::Result<()> {
             "scale_runner": args.scale_runner.as_str(),
             "scale_playbook": args.scale_playbook.as_str(),
             "scale_reconcile_period": scenarios::SCALE_RECONCILE_PERIOD,
-            "restart_crs": args.restart_crs, "restart_window_seconds": args.restart_window,
+            "admission_requests": args.admission_requests, "restart_crs": args.restart_crs, "restart_window_seconds": args.restart_window,
             "restart_modes": args.restart_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
             "restart_new_cr_after_seconds": restart::NEW_CR_AFTER.as_secs_f64(),
             "restart_background_seconds": restart::BACKGROUND.as_secs_f64(),
@@ -386,6 +395,14 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         results["sharding"] = Value::Array(rows);
+    }
+
+    if wants(Scenario::Admission) {
+        let mut rows = Vec::new();
+        for flavor in flavors.iter().filter(|f| f.executor.is_some()) {
+            rows.push(admission::admission(&ctx, flavor, args.admission_requests).await);
+        }
+        results["admission"] = Value::Array(rows);
     }
 
     results["load_end"] = json!(procfs::loadavg());

@@ -140,6 +140,8 @@ pub struct Launch<'a> {
     pub args: Vec<String>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// More keys of the watch entry (YAML lines indented by two), if any.
+    pub watch_extra: Option<String>,
 }
 
 /// A running operator. Stopped (SIGTERM, then SIGKILL) when dropped.
@@ -165,6 +167,7 @@ impl Operator {
         if let Some(period) = launch.reconcile_period {
             entry.push_str(&format!("  reconcilePeriod: {period}\n"));
         }
+        entry.push_str(launch.watch_extra.as_deref().unwrap_or_default());
         std::fs::write(&watches, entry)?;
         let runner_dir = if flavor.runner_dir_flag {
             launch.dir.join("runner")
@@ -199,14 +202,15 @@ impl Operator {
             .stdout(log_file.try_clone()?)
             .stderr(log_file);
         // Endpoints on fixed ports would collide with other operators on the machine: disable the
-        // ones this binary knows.
+        // ones this binary knows, unless the scenario gave them an address.
         for flag in [
             "--health-probe-bind-address",
             "--metrics-bind-address",
             "--user-metrics-bind-address",
             "--api-bind-address",
         ] {
-            if flavor.flags.iter().any(|f| f == flag) {
+            let given = launch.args.iter().any(|arg| arg.starts_with(&format!("{flag}=")));
+            if flavor.flags.iter().any(|f| f == flag) && !given {
                 command.arg(format!("{flag}=0"));
             }
         }

@@ -461,6 +461,36 @@ pub fn markdown(r: &Value) -> String {
         restart_table(&mut md, s, rows);
     }
 
+    if let Some(rows) = r["admission"].as_array() {
+        let _ = writeln!(md, "### 7. Admission: a three-task validate playbook as a validating webhook\n");
+        let _ = writeln!(
+            md,
+            "Each request a server-side dry-run create (`dryRun=All`) of a valid CR, one at a time after three warm-up ones, timed as the client sees it (the API server, the webhook call, the check-mode run).\n"
+        );
+        let _ = writeln!(
+            md,
+            "| binary | requests | median ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|"
+        );
+        for row in rows {
+            let binary = row["binary"].as_str().unwrap_or_default();
+            if let Some(e) = error(row) {
+                let _ = writeln!(md, "| {binary} | {e} | | | | |");
+                continue;
+            }
+            let ms = &row["milliseconds"];
+            let _ = writeln!(
+                md,
+                "| {binary} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                row["requests"],
+                f(&ms["median"]),
+                f(&ms["p95"]),
+                f(&row["p99_ms"]),
+                f(&ms["max"])
+            );
+        }
+        let _ = writeln!(md);
+    }
+
     if let Some(rows) = r["sharding"].as_array() {
         let _ = writeln!(
             md,

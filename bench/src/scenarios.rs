@@ -324,6 +324,7 @@ impl Single {
             path_prefix: None,
             args: Vec::new(),
             env: Vec::new(),
+            watch_extra: None,
         };
         single.operator = Some(Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?);
         Ok(())
@@ -464,6 +465,7 @@ async fn burst_in(
         path_prefix: None,
         args: Vec::new(),
         env: Vec::new(),
+        watch_extra: None,
     };
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let result = async {
@@ -632,6 +634,7 @@ async fn scale_in(
         path_prefix: (spec.runner == ScaleRunner::Stub).then_some(stub.as_path()),
         args: if flavor.executor.is_some() { spec.ours_args.clone() } else { Vec::new() },
         env: Vec::new(),
+        watch_extra: None,
     };
 
     // The operator watching an empty namespace, for comparison.

@@ -98,6 +98,7 @@ async fn sharding_in(
                 format!("--leader-election-namespace={namespace}"),
             ],
             env: vec![("POD_NAME".to_string(), shard.clone())],
+            watch_extra: None,
         };
         operators.push(Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?);
     }
