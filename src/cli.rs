@@ -306,6 +306,13 @@ pub struct RunArgs {
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub ready_conditions: bool,
 
+    /// Keep in each run record the CR as its run saw it (`spec.input`), so that `replay --run` and
+    /// the API's run inputs can rebuild that run. Off by default: a CR's spec may hold values
+    /// (a password a `no_log` task uses) that must not reach whoever may read run records.
+    #[arg(long, env = "ANSIBLE_OPERATOR_RECORD_RUN_INPUTS", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub record_run_inputs: bool,
+
     /// Expose the per-CR series (`ansible_operator_cr_condition`, `..._cr_last_success_timestamp_seconds`,
     /// `..._cr_consecutive_failures`): one series per CR and condition type, plus two per CR. Turn
     /// off for very large installations.
@@ -441,6 +448,12 @@ mod tests {
         assert!(args.cr_metrics);
         assert!(run(&["--ready-conditions"]).ready_conditions);
         assert!(!run(&["--cr-metrics=false"]).cr_metrics);
+    }
+
+    #[test]
+    fn run_records_keep_no_inputs_unless_asked() {
+        assert!(!run(&[]).record_run_inputs);
+        assert!(run(&["--record-run-inputs"]).record_run_inputs);
     }
 
     #[test]

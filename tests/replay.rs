@@ -69,7 +69,10 @@ async fn a_replay_writes_the_runs_inputs_without_a_token_runs_them_and_rebuilds_
     let port = support::free_port();
     let watches = support::playbook_watch(GROUP, KIND, "replay.yml");
     let operator =
-        OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
+        OperatorConfig::new(&watches, &ns.name)
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
+        .arg("--record-run-inputs")
+        .start();
     let name = "cache";
     support::create_cr(&api, GROUP, KIND, name, json!({"size": 1, "message": MESSAGE})).await;
     support::wait_for_generation(&api, name, 1, WAIT).await;

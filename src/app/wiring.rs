@@ -381,6 +381,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         trust_cr_templates: args.shape.trust_cr_templates,
         trust_cr_variables: args.trust_cr_variables,
         ready_conditions: args.ready_conditions,
+        record_run_inputs: args.record_run_inputs,
         run_history_limit: args.run_history_limit,
         sharding: shared.membership,
     }

@@ -67,6 +67,8 @@ pub struct Settings {
     pub trust_cr_variables: bool,
     /// `--ready-conditions`: the kstatus conditions are written (a watch's `readyConditions` wins).
     pub ready_conditions: bool,
+    /// `--record-run-inputs`: run records keep the CR their run saw (for `replay --run`).
+    pub record_run_inputs: bool,
     /// With `--sharding`: this replica's ring and shard.
     pub sharding: Option<crate::sharding::Membership>,
 }

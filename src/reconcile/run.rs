@@ -81,7 +81,9 @@ pub async fn run(
     }
     let spec = spec_of(ident);
     if mode == Mode::Real {
-        journal.input = Some(RunInput { object: object_json.clone(), finalizing });
+        if ctx.settings.record_run_inputs {
+            journal.input = Some(RunInput { object: object_json.clone(), finalizing });
+        }
         journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
     }
     let report = run_ansible(ctx, current, spec, journal, mode)
