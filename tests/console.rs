@@ -112,8 +112,7 @@ async fn sign_in_open_a_cr_read_its_runs_reconcile_it_now_pause_and_resume_it() 
     let token = service_account(&ns.name, "console", "get,list,patch", &format!("{PLURAL}.{GROUP}"));
     let port = support::free_port();
     let watches = support::playbook_watch(GROUP, KIND, "api.yml");
-    let _operator =
-        OperatorConfig::new(&watches, &ns.name)
+    let _operator = OperatorConfig::new(&watches, &ns.name)
         .arg(format!("--api-bind-address=127.0.0.1:{port}"))
         .arg("--record-run-inputs")
         .start();
@@ -242,10 +241,7 @@ async fn edit_a_crs_spec_and_plan_it_to_see_what_it_would_do() {
     let port = support::free_port();
     let watches = support::playbook_watch(group, kind, "plan.yml");
     let _operator =
-        OperatorConfig::new(&watches, &ns.name)
-        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
-        .arg("--record-run-inputs")
-        .start();
+        OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
     let api = ApiServer::localhost(port, None);
     api.wait_until_up(WAIT);
     support::create_cr(&crs, group, kind, "app", json!({"size": 2})).await;

@@ -68,8 +68,7 @@ async fn a_replay_writes_the_runs_inputs_without_a_token_runs_them_and_rebuilds_
     let Test { client, ns, api } = Test::setup("replay").kind(GROUP, KIND).run_records().build().await;
     let port = support::free_port();
     let watches = support::playbook_watch(GROUP, KIND, "replay.yml");
-    let operator =
-        OperatorConfig::new(&watches, &ns.name)
+    let operator = OperatorConfig::new(&watches, &ns.name)
         .arg(format!("--api-bind-address=127.0.0.1:{port}"))
         .arg("--record-run-inputs")
         .start();
