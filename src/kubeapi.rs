@@ -39,6 +39,17 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(404)
     }
+
+    /// 403 because the namespace is being deleted: nothing new may be created in it, whatever the
+    /// rights (the API server's `NamespaceTerminating` cause).
+    pub fn is_namespace_terminating(&self) -> bool {
+        match self {
+            Error::Kube(kube::Error::Api(status)) => {
+                status.code == 403 && status.message.contains("because it is being terminated")
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Parameters of the operator's own patches: its field manager.
@@ -56,5 +67,28 @@ pub async fn with_timeout<T>(call: impl Future<Output = Result<T, kube::Error>>)
     match tokio::time::timeout(API_TIMEOUT, call).await {
         Ok(result) => result.map_err(Error::Kube),
         Err(_) => Err(Error::Timeout(API_TIMEOUT)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    fn answered(code: u16, message: &str) -> Error {
+        Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(message, "").with_code(code))))
+    }
+
+    #[test]
+    fn a_terminating_namespace_is_told_from_a_missing_right() {
+        let terminating = answered(
+            403,
+            "events \"cr.1\" is forbidden: unable to create new content in namespace ns because it is being terminated",
+        );
+        assert!(terminating.is_namespace_terminating());
+        assert!(
+            !answered(403, "events is forbidden: User \"x\" cannot create resource")
+                .is_namespace_terminating()
+        );
+        assert!(!answered(409, "because it is being terminated").is_namespace_terminating());
     }
 }

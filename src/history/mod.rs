@@ -43,6 +43,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The CR's namespace is being deleted, so no record can be written in it.
+    pub fn is_namespace_terminating(&self) -> bool {
+        let Error::Api { source, .. } = self;
+        source.is_namespace_terminating()
+    }
+}
+
 /// The latest record of a CR, as far as the next run needs it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Latest {

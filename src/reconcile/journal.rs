@@ -216,6 +216,10 @@ async fn write(history: &History, ctx: &Context, record: &RunRecord, latest: Opt
         None => history.record(record, limit).await,
     };
     if let Err(error) = written {
+        if error.is_namespace_terminating() {
+            tracing::debug!(error = %error_chain(&error), "no run record: the namespace is being deleted");
+            return;
+        }
         tracing::warn!(error = %error_chain(&error), "could not write the run record");
     }
 }

@@ -50,8 +50,12 @@ pub enum Error {
 impl Error {
     /// The API server refused (403): the operator lacks [`EVENTS_RULE`].
     fn is_forbidden(&self) -> bool {
+        self.api_error().code() == Some(403) && !self.api_error().is_namespace_terminating()
+    }
+
+    fn api_error(&self) -> &kubeapi::Error {
         let (Error::Create { source, .. } | Error::Patch { source, .. }) = self;
-        source.code() == Some(403)
+        source
     }
 }
 
@@ -82,7 +86,9 @@ impl Recorder {
         let Err(error) = self.write(involved, note).await else { return };
         let kind = involved.kind.clone().unwrap_or_default();
         let chain = crate::logging::error_chain(&error);
-        if !error.is_forbidden() {
+        if error.api_error().is_namespace_terminating() {
+            tracing::debug!(error = %chain, reason = note.reason, "no Event: the namespace is being deleted");
+        } else if !error.is_forbidden() {
             tracing::warn!(error = %chain, reason = note.reason, "could not record the Event");
         } else if first_refusal(&mut lock(&self.refused), &kind) {
             let namespace = correlator::namespace(involved);
