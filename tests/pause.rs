@@ -99,7 +99,12 @@ async fn a_paused_cr_neither_runs_nor_resyncs_and_resuming_runs_it_once_at_its_n
     assert_eq!((&condition["status"], &condition["reason"]), (&json!("False"), &json!("Resumed")));
     assert_eq!(condition["observedGeneration"], 2);
     assert_eq!(paused_gauge(port), Some(0.0));
-    assert!(support::reconciles_counted(port, CONTROLLER, None).unwrap() > counted);
+    // The reconcile is counted when it returns, just after its status write.
+    support::wait_for("the resumed run counted as a reconcile", Duration::from_secs(10), || async {
+        let now = support::reconciles_counted(port, CONTROLLER, None);
+        Ok(if now > Some(counted) { Ok(()) } else { Err(format!("{now:?} reconciles, {counted} before")) })
+    })
+    .await;
 
     // Paused again, then deleted: the finalizer still runs.
     annotate(&api, "held", json!("true")).await;
