@@ -132,7 +132,8 @@ impl Validator {
         object: &DynamicObject,
         spec: &mut runner::RunSpec,
     ) -> Result<runner::Report, runner::Error> {
-        let write_error = |source| runner::Error::WriteInput { dir: spec.dir.clone(), source };
+        let dir = spec.dir.clone();
+        let write_error = |source| runner::Error::WriteInput { dir: dir.clone(), source };
         let namespace = object.namespace();
         let owner = Owner {
             gvk: gvk.clone(),
@@ -144,7 +145,7 @@ impl Validator {
         let issued = self.proxy.credentials().issue(Grant::plan(owner)).map_err(write_error)?;
         let token = &issued.token;
         crate::proxy::kubeconfig::install(spec, self.proxy.port(), token, namespace.as_deref())
-            .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
+            .map_err(write_error)?;
         runner::run(&self.runner, spec, None, &issued.grant.secrets).await
     }
 }

@@ -141,16 +141,17 @@ fn proxy_credential(
             object.labels().get(&key).map(|shard| (key, shard.clone()))
         }),
     };
-    let issued = proxy.credentials().issue(Grant {
-        owner,
-        watch_dependents: watch.watch_dependent_resources,
-        watch_cluster_scoped: watch.watch_cluster_scoped_resources,
-        blacklist: watch.blacklist.clone(),
-        touched: Default::default(),
-        secrets: Default::default(),
-        reads: Default::default(),
-        plan_only,
-    })?;
+    let grant = match plan_only {
+        true => Grant::plan(owner),
+        false => Grant {
+            watch_dependents: watch.watch_dependent_resources,
+            watch_cluster_scoped: watch.watch_cluster_scoped_resources,
+            blacklist: watch.blacklist.clone(),
+            plan_only: false,
+            ..Grant::plan(owner)
+        },
+    };
+    let issued = proxy.credentials().issue(grant)?;
     let path =
         crate::proxy::kubeconfig::install(spec, proxy.port(), &issued.token, object.namespace().as_deref())?;
     Ok((issued, path))
