@@ -5,16 +5,17 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::PlanArgs;
 
 /// Longest answer read.
-const MAX_ANSWER: u64 = 16 << 20;
+const MAX_ANSWER: usize = 16 << 20;
 
 /// The API's answer to a plan.
 #[derive(Debug, Deserialize)]
@@ -140,45 +141,22 @@ async fn send(
         .with_context(|| format!("connect to {host}:{port}"))?;
     let name = ServerName::try_from(host.clone()).with_context(|| format!("a server name: {host}"))?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(args)?));
-    let mut stream = connector.connect(name, tcp).await.context("TLS handshake with the API")?;
-    let body = body.unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
-    let mut answer = Vec::new();
-    // A TLS peer that closes without close_notify still gave its whole answer (`Connection: close`).
-    let _ = stream.take(MAX_ANSWER).read_to_end(&mut answer).await;
-    parse_response(&answer)
-}
-
-/// The status and body of an HTTP/1.1 response (with a `Content-Length` or chunked).
-fn parse_response(answer: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
-    let split = answer.windows(4).position(|w| w == b"\r\n\r\n").context("no answer from the API")?;
-    let head = String::from_utf8_lossy(&answer[..split]);
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).context("no status line")?;
-    let body = &answer[split + 4..];
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    Ok((status, if chunked { dechunk(body) } else { body.to_vec() }))
-}
-
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = String::from_utf8_lossy(&body[..end]);
-        let Ok(size) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16) else { break };
-        if size == 0 || body.len() < end + 2 + size {
-            break;
-        }
-        out.extend_from_slice(&body[end + 2..end + 2 + size]);
-        body = &body[(end + 4 + size).min(body.len())..];
-    }
-    out
+    let stream = connector.connect(name, tcp).await.context("TLS handshake with the API")?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::HOST, host)
+        .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::copy_from_slice(body.unwrap_or_default())))?;
+    let response = sender.send_request(request).await.context("no answer from the API")?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), MAX_ANSWER).collect().await;
+    let body = body.map_err(|error| anyhow::anyhow!("read the API's answer: {error}"))?.to_bytes();
+    Ok((status, body.to_vec()))
 }
 
 /// Verifies the API with `--cacert`, or not at all with `--insecure-skip-tls-verify`.
@@ -267,14 +245,5 @@ mod tests {
         let certificate = json!({"current-context": "a", "contexts": [{"name": "a", "context": {"user": "ua"}}],
             "users": [{"name": "ua", "user": {"client-certificate": "c"}}]});
         assert_eq!(kubeconfig_token(&certificate), None);
-    }
-
-    #[test]
-    fn an_answer_is_read_with_a_length_or_in_chunks() {
-        let plain = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(parse_response(plain).unwrap(), (200, b"{}".to_vec()));
-        let chunked = b"HTTP/1.1 403 Forbidden\r\ntransfer-encoding: chunked\r\n\r\n3\r\n{\"a\r\n3\r\n\":1\r\n1\r\n}\r\n0\r\n\r\n";
-        assert_eq!(parse_response(chunked).unwrap(), (403, b"{\"a\":1}".to_vec()));
-        assert!(parse_response(b"").is_err());
     }
 }
