@@ -132,6 +132,14 @@ pub struct RunShape {
     #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub trust_cr_templates: bool,
+
+    /// Let spec keys set Ansible's own variables (`ansible_*` such as `ansible_connection`, and
+    /// magic names such as `hostvars`), as upstream does. Unsafe: whoever may create a CR then
+    /// chooses how and where Ansible runs commands. By default such a CR gets `Failure` and does not
+    /// run. A watch's `trustCRVariables` wins.
+    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_VARIABLES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub trust_cr_variables: bool,
 }
 
 /// Flags of `ansible-operator run`.
@@ -290,14 +298,6 @@ pub struct RunArgs {
     /// `ansible-runner` anew for every run. A watch may choose with its `executor` key.
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR", default_value = "warm", ignore_case = true)]
     pub ansible_executor: crate::executor_mode::Executor,
-
-    /// Let spec keys set Ansible's own variables (`ansible_*` such as `ansible_connection`, and
-    /// magic names such as `hostvars`), as upstream does. Unsafe: whoever may create a CR then
-    /// chooses how and where Ansible runs commands. By default such a CR gets `Failure` and does not
-    /// run. A watch's `trustCRVariables` wins.
-    #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_VARIABLES", default_value = "false", num_args = 0..=1,
-          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub trust_cr_variables: bool,
 
     /// Write the kstatus conditions `Ready`, `Reconciling` and `Stalled` (with `observedGeneration`)
     /// beside upstream's, so `kubectl wait --for=condition=Ready` and Argo CD understand a CR. A

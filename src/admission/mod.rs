@@ -21,7 +21,7 @@ use crate::proxy::Proxy;
 use crate::proxy::credentials::Grant;
 use crate::proxy::owner::Owner;
 use crate::reconcile::inputs::Composer;
-use crate::reconcile::{new_ident, plan_args, run_spec, trusts_cr_variables, unsafe_strings, vars_input};
+use crate::reconcile::{check_reserved, new_ident, plan_args, run_spec, unsafe_strings};
 use crate::runner;
 use crate::vars;
 use crate::watches::Gvk;
@@ -37,8 +37,6 @@ pub struct Validator {
     root: PathBuf,
     /// The API proxy, which issues each run its plan-only credential.
     proxy: Arc<Proxy>,
-    /// `--trust-cr-variables`.
-    trust_cr_variables: bool,
 }
 
 impl std::fmt::Debug for Validator {
@@ -54,10 +52,9 @@ impl Validator {
         runner: runner::Settings,
         runner_dir: PathBuf,
         proxy: Arc<Proxy>,
-        trust_cr_variables: bool,
     ) -> Self {
         let kinds = kinds.into_iter().filter(|c| c.watch.extensions.validate.is_some()).collect();
-        Validator { kinds, runner, root: runner_dir.join(".admission"), proxy, trust_cr_variables }
+        Validator { kinds, runner, root: runner_dir.join(".admission"), proxy }
     }
 
     /// The composer of a kind this validator serves.
@@ -93,11 +90,9 @@ impl Validator {
             return Verdict::Denied(format!("the operator has no validate playbook for {gvk}"));
         };
         let inputs = &composer.inputs;
-        if !trusts_cr_variables(watch, self.trust_cr_variables) {
-            let input = vars_input(watch, inputs.trust_cr_templates, &request.object, false);
-            if let Err(reserved) = vars::check_reserved(&input) {
-                return Verdict::Denied(reserved.to_string());
-            }
+        let trust = (inputs.trust_cr_templates, inputs.trust_cr_variables);
+        if let Err(reserved) = check_reserved(watch, trust.0, trust.1, &request.object, false) {
+            return Verdict::Denied(reserved.to_string());
         }
         let object: DynamicObject = match serde_json::from_value(request.object.clone()) {
             Ok(object) => object,

@@ -78,6 +78,7 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         role_skip_facts: wiring::role_skip_facts(&env),
         playbook_env,
         trust_cr_templates: args.shape.trust_cr_templates,
+        trust_cr_variables: args.shape.trust_cr_variables,
         run_timeout: std::time::Duration::ZERO,
     };
     let dir = match &args.output {

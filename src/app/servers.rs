@@ -97,7 +97,6 @@ pub(super) async fn serve_api(
             wired.settings.runner.clone(),
             args.runner_dir.clone(),
             proxy.clone(),
-            args.trust_cr_variables,
         ))
     });
     if !validated.is_empty() {

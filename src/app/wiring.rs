@@ -206,7 +206,7 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
                 "templates in this kind's CRs are evaluated (trustCRTemplates): whoever may create its CRs can run code as the operator"
             );
         }
-        if crate::reconcile::trusts_cr_variables(watch, args.trust_cr_variables) {
+        if crate::reconcile::trusts_cr_variables(watch, args.shape.trust_cr_variables) {
             tracing::warn!(
                 target: TARGET,
                 file = %args.shape.watches_file.display(),
@@ -379,7 +379,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         ledger: shared.ledger,
         live: Arc::default(),
         trust_cr_templates: args.shape.trust_cr_templates,
-        trust_cr_variables: args.trust_cr_variables,
+        trust_cr_variables: args.shape.trust_cr_variables,
         ready_conditions: args.ready_conditions,
         record_run_inputs: args.record_run_inputs,
         run_history_limit: args.run_history_limit,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
-use super::spec::{Inputs, run_spec};
+use super::spec::{Inputs, check_reserved, run_spec};
 use crate::remote::{self, Hosts, Remote};
 use crate::runner::ssh::{Ssh, key_path};
 use crate::runner::{self, RunSpec, input_dir};
@@ -33,6 +33,9 @@ pub enum Error {
     /// The object is not a Kubernetes object.
     #[error("read the CR")]
     Object(#[source] serde_json::Error),
+    /// The CR's spec would set Ansible's own variables: the operator would not run it either.
+    #[error("the CR would not run")]
+    Reserved(#[source] crate::vars::ReservedVariables),
     /// The watch's inventory or key Secret name did not render.
     #[error("render the hosts of the run")]
     Hosts(#[source] remote::Error),
@@ -72,6 +75,8 @@ pub fn write(
     dir: &Path,
 ) -> Result<Written, Error> {
     let cr: DynamicObject = serde_json::from_value(object.clone()).map_err(Error::Object)?;
+    let trust = (inputs.trust_cr_templates, inputs.trust_cr_variables);
+    check_reserved(watch, trust.0, trust.1, object, finalizing).map_err(Error::Reserved)?;
     let hosts = remote::hosts(&watch.extensions, object).map_err(Error::Hosts)?;
     let secret = hosts.as_ref().and_then(|h| h.ssh_key_secret.clone());
     let remote = hosts.map(|Hosts { inventory, .. }| Remote {
@@ -169,6 +174,7 @@ mod tests {
             role_skip_facts: false,
             playbook_env: vec![("ANSIBLE_ROLES_PATH".into(), "/roles".into())],
             trust_cr_templates: false,
+            trust_cr_variables: false,
             run_timeout: Duration::ZERO,
         }
     }
@@ -183,6 +189,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ao-inputs-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn a_cr_that_sets_ansibles_own_variables_is_not_written_for_a_replay_unless_trusted() {
+        let dir = temp("reserved");
+        let mut cr = cr();
+        cr["spec"]["ansibleSshCommonArgs"] = json!("-o ProxyCommand=touch /tmp/owned");
+        let refused = write(&watch(""), &inputs(), &cr, false, "8".into(), &dir).unwrap_err();
+        assert!(matches!(refused, Error::Reserved(_)), "{refused:?}");
+        assert!(!dir.join("env/extravars").exists(), "nothing written");
+        let trusted = Inputs { trust_cr_variables: true, ..inputs() };
+        write(&watch(""), &trusted, &cr, false, "8".into(), &dir).expect("written when trusted");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

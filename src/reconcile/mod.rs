@@ -55,7 +55,9 @@ pub use plan_run::{Planned, Planner};
 use schedule::{Startup, StartupResync};
 use series::cr_ref;
 pub use spec::new_ident;
-pub use spec::{Inputs, plan_args, run_spec, runner_dir, trusts_cr_variables, unsafe_strings, vars_input};
+pub use spec::{
+    Inputs, check_reserved, plan_args, run_spec, runner_dir, trusts_cr_variables, unsafe_strings,
+};
 
 /// Reconciles one CR. Called by the controller, at most once at a time per CR.
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {

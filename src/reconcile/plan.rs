@@ -14,8 +14,7 @@ use super::context::Settings;
 use super::cr::key_of;
 use super::decide::{self, Before};
 use super::judge::Failure;
-use super::spec::{trusts_cr_variables, vars_input};
-use crate::vars;
+use super::spec::check_reserved;
 use crate::watches::Watch;
 
 /// The process-wide flags a plan depends on (a watch's own setting wins over each).
@@ -129,12 +128,9 @@ fn refusal(
     finalizing: bool,
     key: &str,
 ) -> Option<Failure> {
-    if trusts_cr_variables(watch, flags.trust_cr_variables) {
-        return None;
-    }
     let object_json = serde_json::to_value(object).unwrap_or(Value::Null);
-    let input = vars_input(watch, flags.trust_cr_templates, &object_json, finalizing);
-    let source = vars::check_reserved(&input).err()?;
+    let trust = (flags.trust_cr_templates, flags.trust_cr_variables);
+    let source = check_reserved(watch, trust.0, trust.1, &object_json, finalizing).err()?;
     Some(Failure::reserved_variables(key, source))
 }
 

@@ -35,6 +35,8 @@ pub struct Inputs {
     pub playbook_env: Vec<(String, String)>,
     /// `--trust-cr-templates`.
     pub trust_cr_templates: bool,
+    /// `--trust-cr-variables`.
+    pub trust_cr_variables: bool,
     /// `--ansible-run-timeout`.
     pub run_timeout: Duration,
 }
@@ -49,6 +51,7 @@ impl Settings {
             role_skip_facts: self.role_skip_facts,
             playbook_env: self.playbook_env.clone(),
             trust_cr_templates: self.trust_cr_templates,
+            trust_cr_variables: self.trust_cr_variables,
             run_timeout: self.run_timeout,
         }
     }
@@ -146,6 +149,22 @@ pub fn vars_input<'a>(
 /// the flag), as upstream does.
 pub fn trusts_cr_variables(watch: &Watch, trust_by_default: bool) -> bool {
     watch.extensions.trust_cr_variables.unwrap_or(trust_by_default)
+}
+
+/// The refusal every route from a CR toward Ansible applies (a run, a plan, a validation, a
+/// replay): spec keys that would set Ansible's own variables, unless the watch (or
+/// `--trust-cr-variables`) trusts its CRs' variables.
+pub fn check_reserved(
+    watch: &Watch,
+    trust_cr_templates: bool,
+    trust_cr_variables: bool,
+    object_json: &Value,
+    finalizing: bool,
+) -> Result<(), vars::ReservedVariables> {
+    if trusts_cr_variables(watch, trust_cr_variables) {
+        return Ok(());
+    }
+    vars::check_reserved(&vars_input(watch, trust_cr_templates, object_json, finalizing))
 }
 
 /// Which CR strings a watch passes as unsafe text: all with `markUnsafe`, none where CR templates
