@@ -90,9 +90,21 @@ struct Args {
     /// Seconds after the restart over which runs, API requests and CPU are counted.
     #[arg(long, default_value_t = 300)]
     restart_window: u64,
-    /// Our operator's `--startup-resync` values to restart with (the baseline has only `all`).
+    /// Our operator's `--startup-resync` values to restart with, in order (the baseline has only
+    /// `all`). The last one is not waited out: its re-runs are left unfinished.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all,due")]
     restart_modes: Vec<restart::Mode>,
+    /// Flavors the restart scenario runs for (`warm`, `cold`, `baseline`; default: all).
+    #[arg(long, value_delimiter = ',')]
+    restart_flavors: Option<Vec<String>>,
+    /// How long the restart scenario waits for its new CR after creating it before it reports it
+    /// as not yet `Successful`.
+    #[arg(long, default_value_t = 600)]
+    restart_new_cr_limit: u64,
+    /// After converging, the scale scenario restarts the operator and times until all CRs are
+    /// `Successful` again (not the run handed to the restart scenario); `false` skips that.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    scale_restart: bool,
     /// Passed to our operator as `--resync-jitter` in the scale and restart scenarios (only when given).
     #[arg(long)]
     resync_jitter: Option<String>,
@@ -267,6 +279,7 @@ async fn main() -> anyhow::Result<()> {
             "scale_playbook": args.scale_playbook.as_str(),
             "scale_reconcile_period": scenarios::SCALE_RECONCILE_PERIOD,
             "admission_requests": args.admission_requests, "restart_crs": args.restart_crs, "restart_window_seconds": args.restart_window,
+            "restart_new_cr_limit_seconds": args.restart_new_cr_limit, "scale_restart": args.scale_restart,
             "restart_modes": args.restart_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
             "restart_new_cr_after_seconds": restart::NEW_CR_AFTER.as_secs_f64(),
             "restart_background_seconds": restart::BACKGROUND.as_secs_f64(),
@@ -330,12 +343,18 @@ async fn main() -> anyhow::Result<()> {
         n,
         concurrency: args.scale_concurrency,
         idle,
+        restart: args.scale_restart,
         runner: args.scale_runner,
         playbook: args.scale_playbook,
         ours_args: ours_args.clone(),
     };
-    let plan =
-        restart::Plan { modes: args.restart_modes.clone(), window: Duration::from_secs(args.restart_window) };
+    let plan = restart::Plan {
+        modes: args.restart_modes.clone(),
+        window: Duration::from_secs(args.restart_window),
+        new_cr_limit: Duration::from_secs(args.restart_new_cr_limit),
+    };
+    let restarts_for =
+        |flavor: &Flavor| args.restart_flavors.as_ref().is_none_or(|labels| labels.contains(&flavor.label));
     // Restart rows, and the flavors that have them: the scale run of size `--restart-crs` hands its
     // converged namespace to the restart scenario.
     let mut restart_rows: Vec<Value> = Vec::new();
@@ -348,8 +367,10 @@ async fn main() -> anyhow::Result<()> {
                     scale.push(json!({"binary": flavor.label, "n": n, "skipped": reason}));
                     continue;
                 }
-                let reuse =
-                    wants(Scenario::Restart) && n == args.restart_crs && !restarted.contains(&flavor.label);
+                let reuse = wants(Scenario::Restart)
+                    && n == args.restart_crs
+                    && restarts_for(flavor)
+                    && !restarted.contains(&flavor.label);
                 let spec = spec(n, Duration::from_secs(args.scale_idle));
                 let (row, rows) = scenarios::scale(&ctx, flavor, &spec, reuse.then_some(&plan)).await;
                 if reuse {
@@ -365,6 +386,10 @@ async fn main() -> anyhow::Result<()> {
     if wants(Scenario::Restart) {
         for flavor in &flavors {
             if restarted.contains(&flavor.label) {
+                continue;
+            }
+            if !restarts_for(flavor) {
+                restart_rows.push(json!({"binary": flavor.label, "skipped": "not in --restart-flavors"}));
                 continue;
             }
             if let Some(reason) = scenarios::scale_skip(flavor.executor, args.scale_runner) {

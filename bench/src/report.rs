@@ -218,6 +218,15 @@ fn scale_tables(md: &mut String, r: &Value, rows: &[Value], ratios: &Ratios) {
     md.push('\n');
 }
 
+/// The restart table's new-CR cell: its seconds, or how long it was waited for in vain.
+fn new_cr(row: &Value) -> String {
+    let seconds = f(&row["new_cr_to_successful_seconds"]);
+    match row["new_cr_limit_seconds"].as_f64() {
+        Some(limit) if !seconds.is_finite() => format!("not yet after {limit:.0}"),
+        _ => secs(&row["new_cr_to_successful_seconds"]),
+    }
+}
+
 /// The restart scenario: one row per flavor and `--startup-resync` mode.
 fn restart_table(md: &mut String, s: &Value, rows: &[Value]) {
     let window = f(&s["restart_window_seconds"]);
@@ -246,7 +255,7 @@ fn restart_table(md: &mut String, s: &Value, rows: &[Value]) {
             md,
             "| {} | {mode} | {} | {} ({:.1} %) | {:.1} ({:.1}) | {} | {} | {} | {} | {} |",
             binary(row),
-            secs(&row["new_cr_to_successful_seconds"]),
+            new_cr(row),
             row["runs_started"],
             f(&row["runs_started_percent"]),
             f(&row["api_requests_per_second"]),
@@ -255,7 +264,11 @@ fn restart_table(md: &mut String, s: &Value, rows: &[Value]) {
             secs(&row["tree_cpu_seconds"]),
             mib(&memory["operator_rss_bytes"]),
             mib(&memory["tree_pss_bytes"]),
-            secs(&row["last_run_done_seconds"]),
+            if row["settled"] == false {
+                "not waited for (last restart)".into()
+            } else {
+                secs(&row["last_run_done_seconds"])
+            },
         );
     }
     md.push('\n');
@@ -685,6 +698,12 @@ mod tests {
                  "tree_cpu_seconds": 250.0, "last_run_done_seconds": 210.0,
                  "memory_at_window_end": {"operator_rss_bytes": 41943040, "tree_pss_bytes": 136314880}},
                 {"binary": "warm", "mode": "due", "error": "no --startup-resync"},
+                {"binary": "baseline", "mode": "all", "new_cr_to_successful_seconds": null,
+                 "new_cr_limit_seconds": 600.0, "settled": false, "runs_started": 300,
+                 "runs_started_percent": 15.0, "api_requests_per_second": 20.0,
+                 "api_requests_per_second_background": 2.0, "operator_cpu_seconds": 3.0,
+                 "tree_cpu_seconds": 500.0, "last_run_done_seconds": null,
+                 "memory_at_window_end": {"operator_rss_bytes": 41943040, "tree_pss_bytes": 136314880}},
             ],
         });
         let md = markdown(&r);
@@ -706,5 +725,9 @@ mod tests {
             "| warm | all | 3.50 | 2000 (100.0 %) | 120.0 (2.0) | 12.00 | 250.00 | 40.0 | 130.0 | 210.00 |"
         );
         assert_eq!(line(&md, "| warm | due |"), "| warm | due | no --startup-resync | | | | | | | |");
+        assert_eq!(
+            line(&md, "| baseline | all |"),
+            "| baseline | all | not yet after 600 | 300 (15.0 %) | 20.0 (2.0) | 3.00 | 500.00 | 40.0 | 130.0 | not waited for (last restart) |"
+        );
     }
 }

@@ -45,6 +45,9 @@ pub struct Plan {
     pub modes: Vec<Mode>,
     /// The window after the start over which runs, API requests and CPU are counted.
     pub window: Duration,
+    /// How long the new CR is waited for after its create before it is reported as not yet
+    /// `Successful` (upstream queues it behind every start-up reconcile).
+    pub new_cr_limit: Duration,
 }
 
 /// How long after the operator's start the new CR is created.
@@ -101,7 +104,9 @@ pub async fn restarts(
 ) -> Value {
     let mut previous = Some((operator, format!("{}-first", converged.label)));
     let mut rows = Vec::new();
-    for mode in modes(flavor, plan) {
+    let modes = modes(flavor, plan);
+    for (i, &mode) in modes.iter().enumerate() {
+        let last = i + 1 == modes.len();
         if let Some((mut operator, log)) = previous.take() {
             operator.stop(Duration::from_secs(30));
             ctx.keep_log(&operator, &log);
@@ -112,7 +117,7 @@ pub async fn restarts(
             Ok((args, note)) => {
                 let mut launch = converged.launch.clone();
                 launch.args.extend(args);
-                match restart_once(ctx, flavor, plan, &mut converged, &launch, mode).await {
+                match restart_once(ctx, flavor, plan, &mut converged, &launch, mode, last).await {
                     Ok((row, operator)) => {
                         previous = Some((operator, label));
                         let mut row = row;
@@ -144,7 +149,8 @@ pub async fn restarts(
 type Failed = (anyhow::Error, Option<Operator>);
 
 /// One restart with `launch`: the background API rate with no operator, then the start, the new
-/// CR 2 s later, the window, and the wait until the CRs are settled again (every one `Successful`
+/// CR 2 s later, the window, the new CR (for at most `plan.new_cr_limit`), and, unless this is
+/// the `last` restart on these CRs, the wait until they are settled again (every one `Successful`
 /// again for `all`, none running for `due`). Returns the row and the running operator.
 async fn restart_once(
     ctx: &Ctx,
@@ -153,6 +159,7 @@ async fn restart_once(
     converged: &mut Converged<'_>,
     launch: &Launch<'_>,
     mode: Mode,
+    last: bool,
 ) -> Result<(Value, Operator), Failed> {
     let fail = |error: anyhow::Error| (error, None);
     let client: &Client = &ctx.client;
@@ -190,14 +197,15 @@ async fn restart_once(
         let runs: usize = tracks.iter().map(|t| t.runs_between(started, end)).sum();
         let completions: usize =
             tracks.iter().map(|t| t.completions.iter().filter(|at| (started..=end).contains(*at)).count()).sum();
-        let operators = std::slice::from_mut(&mut operator);
-        await_all(converged.tracker, std::slice::from_ref(&fresh), created, operators, STALL).await?;
+        let fresh_done = await_new_cr(converged.tracker, &fresh, created, plan.new_cr_limit, &mut operator).await?;
         let fresh_seconds = converged.tracker.get(&fresh).successful_since(created).unwrap_or(f64::NAN) - created;
+        let operators = std::slice::from_mut(&mut operator);
         match mode {
+            _ if last => {}
             Mode::All => await_all(converged.tracker, &converged.crs, started, operators, STALL).await.map(drop)?,
             Mode::Due => settle(converged.tracker, &converged.crs, &mut operators[0]).await?,
         };
-        let done = last_successful(converged.tracker, &converged.crs, started);
+        let done = if last { f64::NAN } else { last_successful(converged.tracker, &converged.crs, started) };
         let n = converged.crs.len();
         eprintln!(
             "bench: restart ({} {}): new CR Successful in {fresh_seconds:.2} s; {runs} runs started in {:.0} s; {:.1} API req/s",
@@ -206,8 +214,12 @@ async fn restart_once(
             plan.window.as_secs_f64(),
             requests / window
         );
-        converged.crs.push(fresh);
+        if fresh_done {
+            converged.crs.push(fresh);
+        }
         Ok(json!({
+            "new_cr_limit_seconds": plan.new_cr_limit.as_secs_f64(),
+            "settled": !last,
             "converged_crs": n,
             "new_cr_to_successful_seconds": fresh_seconds,
             "runs_started": runs,
@@ -228,6 +240,25 @@ async fn restart_once(
         Ok(row) => Ok((row, operator)),
         Err(error) => Err((error, Some(operator))),
     }
+}
+
+/// Waits until the new CR `name` is `Successful`, for at most `limit` after `created`; false when it
+/// is not by then.
+async fn await_new_cr(
+    tracker: &Tracker,
+    name: &String,
+    created: f64,
+    limit: Duration,
+    operator: &mut Operator,
+) -> anyhow::Result<bool> {
+    let names = std::slice::from_ref(name);
+    while now() < created + limit.as_secs_f64() {
+        if tracker.wait_successful(names, created, Duration::from_millis(500)).await == 1 {
+            return Ok(true);
+        }
+        operator.check_alive()?;
+    }
+    Ok(false)
 }
 
 /// Waits until no CR of `names` has a run in progress.

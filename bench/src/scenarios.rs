@@ -564,6 +564,8 @@ pub struct Scale {
     pub concurrency: usize,
     /// How long the converged operator is left alone.
     pub idle: Duration,
+    /// Without a restart plan: restart the operator and time until all are `Successful` again.
+    pub restart: bool,
     pub runner: ScaleRunner,
     pub playbook: ScalePlaybook,
     /// Flags for our operator only (`--resync-jitter`, `--max-resyncs-per-second`).
@@ -706,6 +708,12 @@ async fn scale_in(
         let converged = restart::Converged { api: &api, tracker: &tracker, crs, launch: &launch, label };
         value["restart_rows"] = restart::restarts(ctx, flavor, plan, converged, operator).await;
         value["restart"] = json!("restart scenario");
+        return Ok(value);
+    }
+    if !spec.restart {
+        operator.stop(Duration::from_secs(30));
+        ctx.keep_log(&operator, &format!("{label}-first"));
+        value["restart"] = json!("skipped (--scale-restart false)");
         return Ok(value);
     }
 
