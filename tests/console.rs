@@ -7,6 +7,7 @@
 
 mod support;
 
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -22,7 +23,8 @@ const KIND: &str = "Shown";
 const PLURAL: &str = "showns";
 const WAIT: Duration = Duration::from_secs(180);
 
-/// chromedriver on a free port, stopped when dropped.
+/// chromedriver on a free port in a process group of its own, ended with the browsers it started
+/// when dropped (also when a test panics).
 struct Driver {
     child: Child,
     port: u16,
@@ -35,6 +37,7 @@ impl Driver {
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .expect("start chromedriver (hack/install-browser.sh installs it)");
         Driver { child, port }
@@ -64,7 +67,8 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.wait();
     }
 }
