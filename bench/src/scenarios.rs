@@ -710,17 +710,16 @@ async fn scale_in(
         value["restart"] = json!("restart scenario");
         return Ok(value);
     }
+    let stop_secs = operator.stop(Duration::from_secs(30));
+    ctx.keep_log(&operator, &format!("{label}-first"));
+    drop(operator);
+    value["stop_seconds"] = json!(stop_secs);
     if !spec.restart {
-        operator.stop(Duration::from_secs(30));
-        ctx.keep_log(&operator, &format!("{label}-first"));
         value["restart"] = json!("skipped (--scale-restart false)");
         return Ok(value);
     }
 
     // Restart.
-    let stop_secs = operator.stop(Duration::from_secs(30));
-    ctx.keep_log(&operator, &format!("{label}-first"));
-    drop(operator);
     let mut operator = Operator::start(flavor, &launch, &ctx.kubeconfig, &ctx.repo)?;
     let sampler = Sampler::start(operator.pid(), Duration::from_millis(250), false);
     let waited =
@@ -736,7 +735,6 @@ async fn scale_in(
         tracks.iter().filter_map(|t| t.successful_since(restarted)).fold(f64::INFINITY, f64::min) - restarted;
     let restart = last_successful(&tracker, &crs, restarted) - restarted;
     eprintln!("bench: scale ({}): restart to {n} Successful in {restart:.1} s", flavor.label);
-    value["stop_seconds"] = json!(stop_secs);
     value["restart_to_first_successful_seconds"] = json!(restart_first);
     value["restart_to_all_successful_seconds"] = json!(restart);
     value["restart_operator_cpu_seconds"] = json!(restart_cpu.0);
