@@ -324,16 +324,24 @@ EOF
 hack_images() { "$repo/hack/images.sh" "$@"; }
 
 # The bridge and the two addresses the node serves on; the CNI bridge plugin adopts the bridge. The
-# bridge is machine-wide: $state/bridge marks it as this clone's, and only its owner removes it.
+# bridge is machine-wide: $state/bridge marks it as this clone's, and only its owner removes it. The
+# bridge's alias names its owner's state directory, so a bridge whose clone was deleted without
+# `down` (its marker is gone) is taken over rather than blocking every later node on the machine.
 network_up() {
   if ip link show "$bridge" >/dev/null 2>&1 && [[ ! -e "$state/bridge" ]]; then
-    die "$bridge belongs to another clone's node (one node per machine): stop it there, or NODE=0"
+    local owner
+    owner=$(cat "/sys/class/net/$bridge/ifalias" 2>/dev/null || true)
+    if [[ -n $owner && -e $owner/bridge ]] || { [[ -z $owner ]] && pgrep -x kubelet >/dev/null; }; then
+      die "$bridge belongs to another clone's node (${owner:-unknown clone}; one node per machine): stop it there, or NODE=0"
+    fi
+    log "taking over $bridge, left by ${owner:-a clone} that no longer runs a node"
   fi
   touch "$state/bridge"
   if ! ip link show "$bridge" >/dev/null 2>&1; then
     log "creating the Pod network bridge $bridge ($node_ip/24, $service_ip/32)"
     ip link add "$bridge" type bridge
   fi
+  ip link set dev "$bridge" alias "$state"
   ip addr replace "$node_ip/24" dev "$bridge"
   ip addr replace "$service_ip/32" dev "$bridge"
   ip link set "$bridge" up
