@@ -1,11 +1,15 @@
 """YAML that every run parses the same way, parsed once by the zygote: Ansible's setting definitions
-(`config/base.yml`, read whenever the settings are read) and collections' routing metadata
-(`meta/runtime.yml`; the one of `ansible.builtin` alone is some 7,000 lines). Results are kept by the
-hash of the bytes parsed, so a file that changes is parsed anew, and every caller gets its own copy
+(`config/base.yml`, read whenever the settings are read), collections' routing metadata
+(`meta/runtime.yml`; the one of `ansible.builtin` alone is some 7,000 lines), and the documentation
+of the plugins every run loads (their `DOCUMENTATION` and its fragments: Ansible reads the
+plugin's settings from it each time a run's settings are read, a quarter of a short play's time).
+Results are kept by the hash of the bytes parsed (and, for documentation, the file name its
+positions name), so a file that changes is parsed anew, and every caller gets its own copy
 (unpickled), so nothing a run does to it reaches another run."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -59,6 +63,9 @@ def install() -> None:
 
     manager.ConfigManager._read_config_yaml_file = read_config_yaml_file  # type: ignore[method-assign]
 
+    if _cache_documentation():
+        _prefill_documentation()
+
     read_config_yaml_file(None, os.path.join(os.path.dirname(manager.__file__), "base.yml"))
     for path in _metadata_files():
         try:
@@ -66,6 +73,67 @@ def install() -> None:
                 meta_yml_to_dict(file.read(), None)
         except (OSError, ValueError):
             continue
+
+
+def _cache_documentation() -> bool:
+    """Plugin documentation as ansible-core 2.18 reads a plugin's settings: the plugin loader and
+    the fragment merger each parse with `AnsibleLoader(text, file_name=path).get_single_data()`;
+    both names are replaced by a loader that keeps what it parsed. ansible-core 2.19 parses with
+    `yaml.load` and tags every value with its origin and trust: left as it is."""
+    from ansible.plugins import loader
+    from ansible.release import __version__
+    from ansible.utils import plugin_docs
+
+    if tuple(int(part) for part in __version__.split(".")[:2]) >= (2, 19):
+        return False
+    for module in (loader, plugin_docs):
+        module.AnsibleLoader = functools.partial(_DocumentationLoader, module.AnsibleLoader)  # type: ignore[attr-defined]
+    return True
+
+
+class _DocumentationLoader:
+    """`AnsibleLoader(stream, file_name=..., vault_secrets=...)` for `get_single_data()` alone,
+    kept for text without vault secrets."""
+
+    def __init__(self, original: Any, stream: Any, file_name: Any = None, vault_secrets: Any = None) -> None:
+        self._parse = lambda: original(stream, file_name=file_name, vault_secrets=vault_secrets).get_single_data()
+        self._key = f"{file_name}\0{stream}" if isinstance(stream, str) and vault_secrets is None else None
+
+    def get_single_data(self) -> Any:
+        return self._parse() if self._key is None else _cached(self._key, self._parse)
+
+
+def _prefill_documentation() -> None:
+    """Parses, as the plugin loader will in every run, the documentation of the configurable
+    plugins the worker imported, and of the builtin fragments it extends."""
+    import importlib
+    import sys
+
+    from ansible import constants
+    from ansible.plugins import loader
+
+    for name, module in list(sys.modules.items()):
+        parts = name.split(".")
+        path = getattr(module, "__file__", None)
+        documentation = getattr(module, "DOCUMENTATION", None)
+        if len(parts) != 4 or parts[:2] != ["ansible", "plugins"] or not path or not isinstance(documentation, str):
+            continue
+        if parts[2] not in constants.CONFIGURABLE_PLUGINS:  # the package of a type is named as the type
+            continue
+        try:
+            doc = loader.AnsibleLoader(documentation, file_name=path).get_single_data()
+        except Exception:  # noqa: BLE001 - a run parses it again and reports what is wrong
+            continue
+        fragments = doc.get("extends_documentation_fragment", []) if isinstance(doc, dict) else []
+        for slug in fragments.split(",") if isinstance(fragments, str) else fragments:
+            fragment_name, _, var = str(slug).strip().partition(".")
+            try:
+                fragment = importlib.import_module(f"ansible.plugins.doc_fragments.{fragment_name}")
+            except ImportError:
+                continue
+            text = getattr(fragment.ModuleDocFragment, var.upper() or "DOCUMENTATION", None)
+            if isinstance(text, str):
+                loader.AnsibleLoader(text, file_name=path).get_single_data()
 
 
 def _metadata_files() -> list[str]:

@@ -118,6 +118,52 @@ def test_parsed_yaml_is_kept_by_content_and_every_caller_gets_its_own_copy() -> 
     assert len(calls) == 2, "other content is parsed anew"
 
 
+def ansible_version() -> tuple[int, int]:
+    from ansible.release import __version__
+
+    major, minor = __version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19 tags what it parses; its documentation is not kept")
+def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives() -> None:
+    # In child interpreters: the cache patches Ansible's plugin loader for the whole process. A
+    # configurable plugin the worker imported, with a builtin fragment, loaded as a run loads it.
+    code = textwrap.dedent(
+        """
+        import json, os, sys
+        import ansible.plugins.callback.minimal
+        from ansible.parsing.yaml import loader as yaml_loader
+        from ansible_operator_worker import ansible_state, parse_cache
+        if sys.argv[1] == "cached":
+            parse_cache.install()
+        parses = []
+        original = yaml_loader.AnsibleLoader.get_single_data
+        def counting(self):
+            parses.append(1)
+            return original(self)
+        yaml_loader.AnsibleLoader.get_single_data = counting
+        ansible_state.reread_settings()
+        from ansible import constants
+        from ansible.plugins.loader import callback_loader
+        callback_loader.get("minimal", class_only=True)
+        options = constants.config.get_configuration_definitions("callback", "minimal")
+        positions = {name: list(option.get("description").ansible_pos) for name, option in options.items()}
+        print(json.dumps({"options": options, "positions": positions, "parses": len(parses)}, sort_keys=True))
+        """
+    )
+    runs = {
+        mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True).stdout
+        for mode in ("fresh", "cached")
+    }
+    fresh, cached = (__import__("json").loads(runs[mode]) for mode in ("fresh", "cached"))
+    assert fresh["parses"] > 0, "the plugin's documentation and its fragments are parsed when loaded"
+    assert fresh["options"], "the plugin has settings"
+    assert cached["parses"] == 0, "kept by the worker, not parsed again"
+    assert cached["options"] == fresh["options"]
+    assert cached["positions"] == fresh["positions"], "errors name the same file and line"
+
+
 def test_payload_bytecode_is_kept_by_source_and_keeps_the_payloads_file_names(tmp_path) -> None:
     # In child interpreters: the cache patches zipimport for the whole process.
     code = textwrap.dedent(
