@@ -4,7 +4,8 @@ fork parses the same task arguments, generates Python source from them and `comp
 more than half of the fork's time. The same source compiled by the same compiler settings gives the
 same code, so the code object is kept on disk (marshalled) by the hash of the source and of
 everything the compiler reads; task forks are grandchildren of the zygote and share it through that
-directory only.
+directory only. Ansible 2.19 compiles conditionals with `compile_expression`, which parses the
+expression and compiles the tree: those are kept by the expression's source.
 
 A kept template behaves as a fresh compilation, because:
 - the key holds the environment's class and code generator, its delimiters, whitespace and newline
@@ -93,6 +94,9 @@ COUNTS = Counts()
 #: Filter and test calls made on constants at compile time, in this process.
 _folds = 0
 
+#: The source of the expression `compile_expression` is compiling, until it reaches `compile`.
+_expression: str | None = None
+
 
 def install(store: str | None) -> None:
     """Serves Jinja2 compilations from `store` (a directory of this worker) from now on, in this
@@ -114,13 +118,15 @@ def install(store: str | None) -> None:
 
 
 def _patch() -> None:
-    """Wraps `Environment.compile` and the constant folding of filters and tests, once."""
+    """Wraps `Environment.compile` and `compile_expression`, and the constant folding of filters and
+    tests, once."""
     from jinja2 import nodes
     from jinja2.environment import Environment
 
     if getattr(Environment.compile, "_template_cache", False):
         return
     compile_template = Environment.compile
+    compile_expression = Environment.compile_expression
     fold = nodes._FilterTestCommon.as_const
 
     def as_const(self: Any, eval_ctx: Any = None) -> Any:
@@ -128,6 +134,15 @@ def _patch() -> None:
         value = fold(self, eval_ctx)
         _folds += 1
         return value
+
+    def expression(self: Any, source: str, undefined_to_none: bool = True) -> Any:
+        """Jinja2 parses an expression into a tree and compiles that: noted for `compile`."""
+        global _expression
+        _expression = source
+        try:
+            return compile_expression(self, source, undefined_to_none)
+        finally:
+            _expression = None
 
     def compile(  # noqa: A001 - Jinja2's name
         self: Any,
@@ -137,9 +152,18 @@ def _patch() -> None:
         raw: bool = False,
         defer_init: bool = False,
     ) -> Any:
+        global _expression
+        expression_source, _expression = _expression, None
         directory = DIRECTORY
-        key = None if directory is None or raw else _key(self, source, name, filename, defer_init)
-        if directory is None or key is None:
+        if directory is None or raw:
+            return compile_template(self, source, name, filename, raw, defer_init)
+        if isinstance(source, str):
+            key = _key(self, "template", source, name, filename, defer_init)
+        elif expression_source is not None and _is_expression(source):
+            key = _key(self, "expression", expression_source, name, filename, defer_init)
+        else:
+            key = None
+        if key is None:
             return compile_template(self, source, name, filename, raw, defer_init)
         path = os.path.join(directory, key[:2], key[2:])
         code = _load(path, self)
@@ -157,12 +181,24 @@ def _patch() -> None:
 
     compile._template_cache = True  # type: ignore[attr-defined]
     nodes._FilterTestCommon.as_const = as_const  # type: ignore[method-assign]
+    Environment.compile_expression = expression  # type: ignore[method-assign]
     Environment.compile = compile  # type: ignore[assignment]
 
 
-def _key(env: Any, source: Any, name: str | None, filename: str | None, defer_init: bool) -> str | None:
-    """The hash of `source` and of everything compiling it reads; None when it must not be kept."""
-    if not isinstance(source, str) or len(source) > MAX_SOURCE:
+def _is_expression(tree: Any) -> bool:
+    """`tree` is what `compile_expression` builds around the expression it parsed: `result = ...`."""
+    from jinja2 import nodes
+
+    if not isinstance(tree, nodes.Template) or len(tree.body) != 1:
+        return False
+    (assign,) = tree.body
+    return isinstance(assign, nodes.Assign) and isinstance(assign.target, nodes.Name) and assign.target.name == "result"
+
+
+def _key(env: Any, kind: str, source: str, name: str | None, filename: str | None, defer_init: bool) -> str | None:
+    """The hash of `source` (a template or an expression: `kind`) and of everything compiling it
+    reads; None when it must not be kept."""
+    if len(source) > MAX_SOURCE:
         return None
     if callable(env.autoescape):
         return None
@@ -172,6 +208,7 @@ def _key(env: Any, source: Any, name: str | None, filename: str | None, defer_in
     finalize = env.finalize
     settings = (
         _FORMAT,
+        kind,
         _qualified(type(env)),
         _qualified(env.code_generator_class),
         tuple(getattr(env, setting) for setting in _SETTINGS),

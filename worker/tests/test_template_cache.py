@@ -101,6 +101,54 @@ def test_a_second_compilation_is_served_from_the_directory(cache: Path) -> None:
     assert entries(cache) == [entry]
 
 
+EXPRESSIONS = [
+    "items | length > 2 and name is string",
+    "name | upper",
+    "items | map('string') | list",
+    "{'n': items | sum, 'first': items[0]}",
+    "missing is not defined or missing",
+]
+
+
+@pytest.mark.parametrize("source", EXPRESSIONS)
+def test_an_expression_served_from_the_cache_evaluates_as_a_fresh_compilation(
+    source: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ansible 2.19 compiles conditionals and other expressions with `compile_expression`, which
+    parses the expression and compiles the tree."""
+    monkeypatch.setattr(template_cache, "DIRECTORY", None)
+    uncached = evaluate(source)
+    monkeypatch.setattr(template_cache, "DIRECTORY", str(cache))
+
+    assert evaluate(source) == uncached
+    assert (template_cache.COUNTS.hits, template_cache.COUNTS.kept) == (0, 1)
+    assert evaluate(source) == uncached
+    assert template_cache.COUNTS.hits == 1
+
+
+def test_an_expression_and_a_template_of_the_same_text_are_kept_apart(cache: Path) -> None:
+    env = jinja2.Environment()
+    assert env.from_string("name").render(name="x") == "name"
+    assert env.compile_expression("name")(name="x") == "x"
+    assert env.from_string("name").render(name="x") == "name"
+    assert env.compile_expression("name")(name="x") == "x"
+    assert (template_cache.COUNTS.hits, template_cache.COUNTS.kept) == (2, 2)
+
+
+def evaluate(source: str) -> Any:
+    """`source` as an expression: through a new Ansible 2.19 Templar, through Jinja2 before it."""
+    try:
+        from ansible.template import trust_as_template  # type: ignore[attr-defined]
+    except ImportError:
+        env = jinja2.Environment()
+        return env.compile_expression(source)(**VARIABLES)
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    templar = Templar(loader=DataLoader(), variables=dict(VARIABLES))
+    return templar.evaluate_expression(trust_as_template(source))
+
+
 def test_a_filter_that_now_takes_the_context_is_not_served_stale(cache: Path) -> None:
     """The generated code passes the context to a `pass_context` filter and not to a plain one."""
     source = "{{ name | decorate }}"
