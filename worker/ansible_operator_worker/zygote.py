@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any, NoReturn
 
-from . import ansible_state, modules, parse_cache, payload_cache, playbook, process, protocol, run
+from . import ansible_state, modules, parse_cache, payload_cache, playbook, process, protocol, run, template_cache
 
 #: What every run imports, so a run does not: ansible-runner, the Ansible CLI and executor with the
 #: plugins every play uses (builtin plugins are found in `sys.modules` by Ansible's plugin loader),
@@ -110,6 +110,7 @@ def main() -> NoReturn:
     _add_runner_environment()
     missing = _preload()
     parse_cache.install()
+    template_cache.install(_cache_dir(".templates"))
     modules.BYTECODE_DIR = _cache_dir(".bytecode")
     payload_cache.install(_cache_dir(".ansiballz"))
     ansible_state.forget_worker_local_tmp()
