@@ -165,7 +165,26 @@ def _preload() -> list[str]:
             importlib.import_module(name)
         except ImportError:
             missing.append(name)
+    _preload_jinja_plugins()
     return missing
+
+
+def _preload_jinja_plugins() -> None:
+    """Every run's first template loads every builtin filter and test plugin file, each as a module
+    named by the hash of its path (several plugins share a file); hashes of strings are the same in
+    every fork, so loading them here, as the loaders do, leaves each in `sys.modules` under the
+    name a run looks for. The loaders' own caches are emptied again: a run fills them for its own
+    paths."""
+    from ansible.plugins.loader import filter_loader, test_loader
+
+    for loader in (filter_loader, test_loader):
+        try:
+            for _ in loader.all(class_only=True):
+                pass
+        except Exception:  # noqa: BLE001 - a run loads them itself, and reports what fails
+            pass
+        finally:
+            loader._clear_caches()
 
 
 def _versions() -> dict[str, str]:

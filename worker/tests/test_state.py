@@ -164,6 +164,32 @@ def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives()
     assert cached["positions"] == fresh["positions"], "errors name the same file and line"
 
 
+def test_builtin_filter_and_test_plugins_loaded_by_the_worker_are_the_ones_a_run_finds() -> None:
+    # In a child interpreter: loading plugins changes `sys.modules` and the loaders for the process.
+    code = textwrap.dedent(
+        """
+        import sys
+        from ansible_operator_worker import zygote
+        zygote._preload_jinja_plugins()
+        before = set(sys.modules)
+        from ansible.plugins.loader import filter_loader, test_loader
+        from ansible.template import Templar
+        from ansible.parsing.dataloader import DataLoader
+        try:
+            from ansible.template import trust_as_template  # 2.19: only trusted strings are templates
+        except ImportError:
+            trust_as_template = str
+        templar = Templar(loader=DataLoader(), variables={"items": [3, 1, 2]})
+        source = "{{ items | sort | to_json }} {{ items is sequence }} {{ 'a' | b64encode }}"
+        print(templar.template(trust_as_template(source)))
+        print(sorted(name for name in set(sys.modules) - before if name.startswith(("ansible.plugins.filter", "ansible.plugins.test"))))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == "[1, 2, 3] True YQ=="
+    assert out[1] == "[]", "no filter or test plugin file is loaded again"
+
+
 def test_payload_bytecode_is_kept_by_source_and_keeps_the_payloads_file_names(tmp_path) -> None:
     # In child interpreters: the cache patches zipimport for the whole process.
     code = textwrap.dedent(
