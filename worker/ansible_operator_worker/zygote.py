@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any, NoReturn
 
-from . import ansible_state, modules, parse_cache, payload_cache, playbook, process, protocol, run, template_cache
+from . import ansible_state, lazy_kubernetes, modules, parse_cache, payload_cache, playbook, process, protocol, run, template_cache
 
 #: What every run imports, so a run does not: ansible-runner, the Ansible CLI and executor with the
 #: plugins every play uses (builtin plugins are found in `sys.modules` by Ansible's plugin loader),
@@ -108,6 +108,7 @@ def main() -> NoReturn:
     os.close(null)
     started = time.monotonic()
     _add_runner_environment()
+    lazy_kubernetes.install()
     missing = _preload()
     parse_cache.install()
     template_cache.install(_cache_dir(".templates"))
