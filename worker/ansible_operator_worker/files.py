@@ -20,3 +20,13 @@ def write_atomically(path: str, data: bytes) -> bool:
         except OSError:
             pass
         return False
+
+
+def private_dir(path: str) -> str | None:
+    """`path` as a directory (made with its parents when missing) only for this user, or None when
+    it cannot be made (the cache it is for is then not kept)."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return path

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .files import write_atomically
+from .files import private_dir, write_atomically
 
 #: Where payloads are kept (set by the zygote; None: not kept).
 STORE: str | None = None
@@ -42,11 +42,8 @@ def install(store: str | None) -> None:
     from ansible.executor import module_common
     from ansible.plugins import action
 
-    STORE = os.path.join(store, f"{__version__}-py{sys.version_info[0]}.{sys.version_info[1]}")
-    try:
-        os.makedirs(STORE, mode=0o700, exist_ok=True)
-    except OSError:
-        STORE = None
+    STORE = private_dir(os.path.join(store, f"{__version__}-py{sys.version_info[0]}.{sys.version_info[1]}"))
+    if STORE is None:
         return
     sys.addaudithook(_record_open)
     build = _recording(module_common.modify_module, lambda: constants.DEFAULT_LOCAL_TMP)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from .files import write_atomically
+from .files import private_dir, write_atomically
 
 #: Where compiled templates are kept (set by `install`; None: not kept).
 DIRECTORY: str | None = None
@@ -108,12 +108,9 @@ def install(store: str | None) -> None:
     import jinja2
     from ansible import __version__
 
-    directory = os.path.join(store, f"{__version__}-jinja2-{jinja2.__version__}-{sys.implementation.cache_tag}")
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-    except OSError:
+    DIRECTORY = private_dir(os.path.join(store, f"{__version__}-jinja2-{jinja2.__version__}-{sys.implementation.cache_tag}"))
+    if DIRECTORY is None:
         return
-    DIRECTORY = directory
     _patch()
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any, NoReturn
 
-from . import ansible_state, lazy_kubernetes, modules, parse_cache, payload_cache, playbook, process, protocol, run, template_cache
+from . import ansible_state, files, lazy_kubernetes, modules, parse_cache, payload_cache, playbook, process, protocol, run, template_cache
 
 #: What every run imports, so a run does not: ansible-runner, the Ansible CLI and executor with the
 #: plugins every play uses (builtin plugins are found in `sys.modules` by Ansible's plugin loader),
@@ -151,12 +151,7 @@ def _add_runner_environment() -> None:
 def _cache_dir(name: str) -> str | None:
     """A cache directory `name` in the worker's working directory (the operator's runner
     directory), only for this user."""
-    path = os.path.join(os.getcwd(), name)
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError:
-        return None
-    return path
+    return files.private_dir(os.path.join(os.getcwd(), name))
 
 
 def _preload() -> list[str]:
