@@ -14,7 +14,8 @@ export KUBE_RELEASES_DIR ?= $(REPO)/.local/kube-releases
 WATCHES ?= $(REPO)/watches.yaml
 # The newer Ansible toolchain (hack/toolchains/2.19), tested by a slice of the suite in `make test`.
 VENV_NEXT := $(REPO)/.venv-2.19
-# One build cache for every clone on this machine: a fresh clone (CI) rebuilds only this crate.
+# One build cache for every clone on this machine: a fresh clone (CI) rebuilds only this crate, and
+# so does a clone building after another one (hack/cargo-target.sh).
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/ansible-operator/cargo-target
 # The local cluster's node (containerd, kubelet, scheduler; hack/local-cluster.sh). NODE=0 runs the
 # control plane alone: no Pod ever runs, so the tests that need one are left out.
@@ -82,6 +83,7 @@ test-hosts-down: ## Stop the SSH test hosts and wipe their home directories
 	hack/test-hosts.sh down
 
 build: ## Build the operator
+	hack/cargo-target.sh
 	cargo build --bin ansible-operator
 	mkdir -p $(REPO)/.local/bin && ln -sfn $(CARGO_TARGET_DIR)/debug/ansible-operator $(REPO)/.local/bin/ansible-operator
 

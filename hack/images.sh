@@ -137,6 +137,7 @@ prebuilt_binaries() {
   local out="$repo/.local/image" target=${CARGO_TARGET_DIR:-$repo/target} etcd_version
   etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$repo/hack/kube/go.mod")
   log "cargo build --release --locked --bin ansible-operator"
+  "$repo/hack/cargo-target.sh"
   (cd "$repo" && cargo build --release --locked --bin ansible-operator)
   "$repo/hack/install-kube.sh" >/dev/null
   rm -rf "$out"

@@ -78,6 +78,7 @@ if [[ "$pass" == warm ]]; then
 fi
 
 echo "test-lanes: building the tests"
+hack/cargo-target.sh
 cargo test --no-run --all-targets --quiet
 
 # A lane's cargo arguments without the tests that need a Pod when there is no node.
