@@ -1,4 +1,4 @@
-"""YAML that every run parses the same way, parsed once by the zygote: Ansible's setting definitions
+"""YAML that every run parses the same way, parsed once as the worker starts: Ansible's setting definitions
 (`config/base.yml`, read whenever the settings are read), collections' routing metadata
 (`meta/runtime.yml`; the one of `ansible.builtin` alone is some 7,000 lines), and the documentation
 of the plugins every run loads (their `DOCUMENTATION` and its fragments: Ansible reads the
