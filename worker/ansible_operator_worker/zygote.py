@@ -18,7 +18,19 @@ import tempfile
 import time
 from typing import Any, NoReturn
 
-from . import ansible_state, files, lazy_kubernetes, modules, parse_cache, payload_cache, playbook, process, protocol, run, template_cache
+from . import (
+    ansible_state,
+    files,
+    lazy_kubernetes,
+    modules,
+    parse_cache,
+    payload_cache,
+    playbook,
+    process,
+    protocol,
+    run,
+    template_cache,
+)
 
 #: What every run imports, so a run does not: ansible-runner, the Ansible CLI and executor with the
 #: plugins every play uses (builtin plugins are found in `sys.modules` by Ansible's plugin loader),
