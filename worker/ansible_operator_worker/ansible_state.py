@@ -4,7 +4,9 @@
 What Ansible captures when it is imported, and what is done about it here:
 - `ansible.constants`: every setting, read from the environment and the ansible.cfg found from
   the working directory. The playbook process re-reads them in place (the ConfigManager instance
-  is shared by reference with other modules in 2.19, so it is re-initialised, not replaced).
+  is shared by reference with other modules in 2.19, so it is re-initialised, not replaced); when
+  what they are read from is what the worker read them from (`inputs`), only the settings read
+  when used are read again.
 - Settings that other modules copy at import (task and play field defaults such as `timeout`,
   `no_log`, `strategy`; the log file; colours; the AnsiballZ template when remote files are kept):
   a run whose settings differ from the worker's anywhere but in `RUNTIME_SETTINGS` is not run
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib
 import multiprocessing
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -49,7 +52,12 @@ RUNTIME_SETTINGS = frozenset(
     }
 )
 
+#: Setting types whose relative values Ansible resolves against the working directory.
+_PATH_TYPES = frozenset({"path", "pathlist", "pathspec", "tmppath", "tmp", "temppath"})
+
 Settings = dict[str, Any]
+#: What settings are read from (see `inputs`).
+Inputs = tuple[object, ...]
 
 
 def _constants() -> ModuleType:
@@ -71,12 +79,88 @@ def reread_settings() -> None:
     same ConfigManager and `ansible.constants`, as importing Ansible would. Warnings and
     deprecations it finds wait in the ConfigManager to be shown (`fresh_process_state`)."""
     C = _constants()
-    manager = type(C.config)
-    manager.WARNINGS.clear()
-    manager.DEPRECATED.clear()
+    _forget_noise()
     C.config.__init__()  # type: ignore[misc]
+    _read(name for name in C.config.get_configuration_definitions())
+
+
+def reread_runtime_settings() -> None:
+    """Reads again only the settings read when used (`RUNTIME_SETTINGS`), for a run whose
+    `inputs()` are the worker's: every other setting would be read as the worker read it."""
+    _forget_noise()
+    _read(name for name in _constants().config.get_configuration_definitions() if name in RUNTIME_SETTINGS)
+
+
+def worker_inputs() -> Inputs | None:
+    """In the worker: reads the settings other than `RUNTIME_SETTINGS` again (as importing Ansible
+    read them) and says what they were read from, for runs to compare their `inputs()` with. None
+    when reading them warned, deprecated or failed: those messages belong to every run, which then
+    reads all."""
+    C = _constants()
+    _forget_noise()
+    C.config.__init__()  # type: ignore[misc]
+    _read(name for name in C.config.get_configuration_definitions() if name not in RUNTIME_SETTINGS)
+    noisy = bool(type(C.config).WARNINGS or type(C.config).DEPRECATED or getattr(C.config, "_errors", None))
+    return None if noisy else inputs()
+
+
+def inputs() -> Inputs | None:
+    """What the settings other than `RUNTIME_SETTINGS` are read from, in the current environment
+    and working directory: the ansible.cfg found, with its identity; every variable those settings
+    may be read from, and HOME; and the working directory when a path among those variables is
+    relative. Equal inputs read equal settings. None when looking for ansible.cfg warns."""
+    from ansible.config.manager import find_ini_config_file
+
+    warnings: set[str] = set()
+    path = find_ini_config_file(warnings)
+    if warnings:
+        return None
+    try:
+        found = os.stat(path) if path else None
+    except OSError:
+        return None
+    identity = None if found is None else (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+    variables = _input_variables()
+    values = tuple((name, os.environ.get(name)) for name, _ in variables)
+    relative = any(
+        is_path and value is not None and _has_relative_path(value)
+        for (_, is_path), (_, value) in zip(variables, values)
+    )
+    return (path, identity, values, os.getcwd() if relative else None)
+
+
+@functools.cache
+def _input_variables() -> tuple[tuple[str, bool], ...]:
+    """Every environment variable a setting other than `RUNTIME_SETTINGS` may be read from, with
+    whether it holds paths; and HOME (`~`) and ANSIBLE_CONFIG."""
+    variables = {"HOME": False, "ANSIBLE_CONFIG": False}
+    for name, definition in _constants().config.get_configuration_definitions().items():
+        if name in RUNTIME_SETTINGS:
+            continue
+        for entry in definition.get("env") or ():
+            variables[entry["name"]] = variables.get(entry["name"], False) or definition.get("type") in _PATH_TYPES
+    return tuple(sorted(variables.items()))
+
+
+def _has_relative_path(value: str) -> bool:
+    return any(part and not part.startswith(("/", "~")) for part in value.replace(",", os.pathsep).split(os.pathsep))
+
+
+def _forget_noise() -> None:
+    """Empties what reading settings collects to be shown: warnings, deprecations and (2.19)
+    errors."""
+    config = _constants().config
+    type(config).WARNINGS.clear()
+    type(config).DEPRECATED.clear()
+    errors = getattr(config, "_errors", None)
+    if isinstance(errors, list):
+        errors.clear()
+
+
+def _read(names: Iterable[str]) -> None:
+    C = _constants()
     namespace = vars(C)
-    for name in C.config.get_configuration_definitions():
+    for name in names:
         C.set_constant(name, C.config.get_config_value(name, variables=namespace))
 
 

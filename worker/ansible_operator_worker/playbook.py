@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, ansible_state, modules, payload_cache, process, protocol
+from . import agent, ansible_state, modules, payload_cache, process, protocol, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.
@@ -37,6 +37,8 @@ class Worker:
     env: Mapping[str, str]
     #: Every Ansible setting as the worker read them.
     settings: ansible_state.Settings
+    #: What the worker read its settings from, or None when a run must read them all again.
+    inputs: ansible_state.Inputs | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ def interpreter_differences(worker_env: Mapping[str, str], env: Mapping[str, str
 def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> Plan:
     """Decides whether `argv` (what ansible-runner is about to exec) can run warm. On the way it
     re-reads Ansible's settings for the run's environment and directory, which the playbook
-    process inherits."""
+    process inherits: only those read when used if the rest are read from what the worker read
+    them from."""
     command = understand(argv)
     if isinstance(command, str):
         return Plan(False, command)
@@ -122,6 +125,9 @@ def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str |
     if differing:
         return Plan(False, f"variables Python reads at start-up differ from the worker's: {', '.join(differing)}")
     with ansible_state.environment_of(dict(env), cwd or os.getcwd()):
+        if worker.inputs is not None and ansible_state.inputs() == worker.inputs:
+            ansible_state.reread_runtime_settings()
+            return Plan(True, script=script, command=command)
         ansible_state.reread_settings()
         run_settings = ansible_state.settings()
     unsafe = ansible_state.unsafe_differences(worker.settings, run_settings)
@@ -231,6 +237,7 @@ def _playbook_process(script: str, command: Command, env: dict[str, str]) -> Cal
             sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
             ansible_state.fresh_process_state()
             modules.install()
+            task_forks.install()
             from ansible import constants
             from ansible.cli.playbook import main
 

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from . import (
     ansible_state,
+    event_files,
     files,
     lazy_kubernetes,
     modules,
@@ -122,12 +123,16 @@ def main() -> NoReturn:
     _add_runner_environment()
     lazy_kubernetes.install()
     missing = _preload()
+    event_files.install()
     parse_cache.install()
     template_cache.install(_cache_dir(".templates"))
     modules.BYTECODE_DIR = _cache_dir(".bytecode")
     payload_cache.install(_cache_dir(".ansiballz"))
+    inputs = ansible_state.worker_inputs()
     ansible_state.forget_worker_local_tmp()
-    worker = playbook.Worker(python=sys.executable, env=dict(os.environ), settings=ansible_state.settings())
+    worker = playbook.Worker(
+        python=sys.executable, env=dict(os.environ), settings=ansible_state.settings(), inputs=inputs
+    )
     # Everything imported so far is shared by every fork: keep the collector off those pages.
     gc.collect()
     gc.freeze()

@@ -40,6 +40,76 @@ def test_rereading_settings_follows_the_environment_and_the_working_directory(tm
     assert out.stdout.split() == ["10", "42", "7", "True", "True"]
 
 
+def _in_child(code: str, cwd: str, **env: str) -> list[str]:
+    """Runs `code` in a fresh interpreter (settings are process-global) with `env` over an
+    environment free of Ansible variables; its printed words."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**base, **env},
+        cwd=cwd,
+    )
+    return out.stdout.split()
+
+
+def test_a_run_read_from_the_workers_inputs_gets_the_settings_reading_all_gives(tmp_path) -> None:
+    # The run differs from the worker only in settings read when used; the other settings come
+    # from the worker's reading; the result is what reading every setting gives.
+    code = f"""
+        import os
+        from ansible_operator_worker import ansible_state
+        worker_inputs = ansible_state.worker_inputs()
+        worker = ansible_state.settings()
+        run_env = dict(os.environ, ANSIBLE_ROLES_PATH="/roles/of/the/run", ANSIBLE_CACHE_PLUGIN_CONNECTION="/cache")
+        with ansible_state.environment_of(run_env, {str(tmp_path)!r}):
+            same = ansible_state.inputs() == worker_inputs
+            ansible_state.reread_runtime_settings()
+            partial = ansible_state.settings()
+            ansible_state.reread_settings()
+            full = ansible_state.settings()
+        tmps = [partial.pop("DEFAULT_LOCAL_TMP"), full.pop("DEFAULT_LOCAL_TMP"), worker["DEFAULT_LOCAL_TMP"]]
+        print(worker_inputs is not None, same, partial == full, partial["DEFAULT_ROLES_PATH"] == ["/roles/of/the/run"],
+              len(set(tmps)) == 3, all(os.path.isdir(tmp) for tmp in tmps[:2]))
+        """
+    assert _in_child(code, cwd="/", ANSIBLE_TIMEOUT="17") == ["True"] * 6
+
+
+def test_what_settings_are_read_from_includes_the_variables_the_config_file_and_relative_paths(tmp_path) -> None:
+    (tmp_path / "with_cfg").mkdir()
+    (tmp_path / "with_cfg" / "ansible.cfg").write_text("[defaults]\ntimeout = 42\n")
+    (tmp_path / "other").mkdir()
+    code = f"""
+        import os
+        from ansible_operator_worker import ansible_state
+        worker = ansible_state.worker_inputs()
+        def inputs(cwd, **env):
+            with ansible_state.environment_of(dict(os.environ, **env), cwd):
+                return ansible_state.inputs()
+        other, with_cfg = {str(tmp_path / "other")!r}, {str(tmp_path / "with_cfg")!r}
+        print(
+            inputs(other) == worker,
+            inputs(other, ANSIBLE_TIMEOUT="30") == worker,
+            inputs(with_cfg) == worker,
+            inputs(other, ANSIBLE_LIBRARY="/abs/library") == inputs("/", ANSIBLE_LIBRARY="/abs/library"),
+            inputs(other, ANSIBLE_LIBRARY="library") == inputs("/", ANSIBLE_LIBRARY="library"),
+            inputs(other, ANSIBLE_ROLES_PATH="roles") == worker,
+        )
+        """
+    assert _in_child(code, cwd="/") == ["True", "False", "False", "True", "False", "True"]
+
+
+def test_a_worker_whose_settings_warn_has_every_run_read_them_all() -> None:
+    code = """
+        from ansible_operator_worker import ansible_state
+        print(ansible_state.worker_inputs() is None)
+        """
+    assert _in_child(code, cwd="/") == ["False"]
+    assert _in_child(code, cwd="/", ANSIBLE_TEST_ENTRY_D="1") == ["True"]
+
+
 def test_exit_statuses_are_the_interpreters() -> None:
     assert process.exit_status(SystemExit()) == 0
     assert process.exit_status(SystemExit(3)) == 3
