@@ -27,6 +27,7 @@ from . import (
     parse_cache,
     payload_cache,
     playbook,
+    plugin_settings,
     process,
     protocol,
     run,
@@ -129,6 +130,7 @@ def main() -> NoReturn:
     modules.BYTECODE_DIR = _cache_dir(".bytecode")
     payload_cache.install(_cache_dir(".ansiballz"))
     inputs = ansible_state.worker_inputs()
+    plugin_settings.install()
     ansible_state.forget_worker_local_tmp()
     worker = playbook.Worker(
         python=sys.executable, env=dict(os.environ), settings=ansible_state.settings(), inputs=inputs

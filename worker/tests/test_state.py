@@ -234,6 +234,70 @@ def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives()
     assert cached["positions"] == fresh["positions"], "errors name the same file and line"
 
 
+_REGISTERED_SETTINGS = """
+    import json, sys
+    import ansible.plugins.connection.ssh
+    import ansible.plugins.callback.minimal
+    from ansible.parsing.yaml import loader as yaml_loader
+    from ansible_operator_worker import ansible_state, plugin_settings
+    ansible_state.worker_inputs()
+    if sys.argv[1] == "registered":
+        plugin_settings.install()
+    parses = []
+    original = yaml_loader.AnsibleLoader.get_single_data
+    def counting(self):
+        parses.append(1)
+        return original(self)
+    yaml_loader.AnsibleLoader.get_single_data = counting
+    from ansible import constants
+    from ansible.plugins import loader
+"""
+
+
+@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+def test_a_run_finds_the_settings_of_the_workers_plugins_registered_as_its_own_load_would() -> None:
+    code = textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
+        """
+        loader.connection_loader.get("ssh", class_only=True)
+        loader.callback_loader.get("minimal", class_only=True)
+        options = {kind: constants.config.get_configuration_definitions(kind, name)
+                   for kind, name in (("connection", "ssh"), ("callback", "minimal"))}
+        print(json.dumps({"options": options, "parses": len(parses)}, sort_keys=True))
+        """
+    )
+    runs = {
+        mode: __import__("json").loads(
+            subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True).stdout
+        )
+        for mode in ("fresh", "registered")
+    }
+    assert runs["fresh"]["parses"] > 0 and runs["fresh"]["options"]["connection"]
+    assert runs["registered"]["parses"] == 0, "registered by the worker, not read again"
+    assert runs["registered"]["options"] == runs["fresh"]["options"]
+
+
+@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+def test_another_file_under_a_registered_name_or_a_playbooks_fragments_read_the_plugins_own_settings(
+    tmp_path,
+) -> None:
+    code = textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
+        f"""
+        import types
+        other = types.ModuleType("ssh")
+        other.DOCUMENTATION = "options:\\n  only_here:\\n    description: an option of this file\\n"
+        loader.connection_loader._load_config_defs("ssh", other, {str(tmp_path / "ssh.py")!r})
+        ssh = sorted(constants.config.get_configuration_definitions("connection", "ssh"))
+        loader.fragment_loader.add_directory({str(tmp_path)!r})
+        loader.callback_loader.get("minimal", class_only=True)
+        print(json.dumps({{"ssh": ssh, "parses": len(parses)}}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code, "registered"], capture_output=True, text=True, check=True)
+    result = __import__("json").loads(out.stdout)
+    assert result["ssh"] == ["only_here"], "the other file's own settings"
+    assert result["parses"] >= 2, "the other file's, and the callback's read again with the playbook's fragments"
+
+
 def test_builtin_filter_and_test_plugins_loaded_by_the_worker_are_the_ones_a_run_finds() -> None:
     # In a child interpreter: loading plugins changes `sys.modules` and the loaders for the process.
     code = textwrap.dedent(

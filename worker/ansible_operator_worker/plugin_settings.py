@@ -1,0 +1,68 @@
+"""The settings of the builtin plugins every run loads, registered once by the worker (ansible-core
+2.18). The first time a process loads a configurable plugin (callback, connection, become, shell,
+inventory, vars, cache, lookup...), Ansible reads its `DOCUMENTATION`, merges the fragments it
+extends and registers the options under the plugin's type and name; every run loads some twenty
+of them, each time anew. The worker registers those of the plugins it imported, and a run keeps
+them while it reads its settings from what the worker read them from (`ansible_state.inputs`; a
+run that reads all its settings again starts with none, as Ansible does).
+
+A run's first load of each name checks that it is the same file, and that no playbook added a
+`doc_fragments` directory (which could change a fragment it merges): otherwise that plugin's
+settings are read from its own documentation, as a new process would."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+#: The plugins registered by the worker: (type, name) to the file their settings were read from.
+_registered: dict[tuple[str, str], str] = {}
+
+
+def install() -> None:
+    """In the worker, once its settings are read: registers the settings of the configurable
+    builtin plugins it imported, and makes a run's first load of each check what it loads."""
+    from ansible.plugins import loader
+    from ansible.release import __version__
+
+    if tuple(int(part) for part in __version__.split(".")[:2]) >= (2, 19):
+        return  # 2.19 parses documentation into tagged values the worker does not keep (parse_cache)
+    _register_imported(loader)
+    original = loader.PluginLoader._load_config_defs
+
+    def load_config_defs(self: Any, name: str, module: Any, path: str) -> None:
+        if self.class_name:
+            plugin_type = loader.get_plugin_class(self.class_name)
+            kept = _registered.pop((plugin_type, name), None)
+            if kept is not None and (kept != path or loader.fragment_loader._extra_dirs):
+                _forget(plugin_type, name)
+        original(self, name, module, path)
+
+    loader.PluginLoader._load_config_defs = load_config_defs  # type: ignore[method-assign]
+
+
+def _register_imported(loader: Any) -> None:
+    from ansible import constants
+
+    for module_name, module in list(sys.modules.items()):
+        parts = module_name.split(".")
+        path = getattr(module, "__file__", None)
+        if len(parts) != 4 or parts[:2] != ["ansible", "plugins"] or not path:
+            continue
+        plugin_type, name = parts[2], parts[3]
+        plugin_loader = getattr(loader, f"{plugin_type}_loader", None)
+        if plugin_type not in constants.CONFIGURABLE_PLUGINS or plugin_loader is None:
+            continue
+        try:
+            plugin_loader._load_config_defs(name, module, path)
+        except Exception:  # noqa: BLE001 - a run reads it again and reports what is wrong
+            _forget(plugin_type, name)
+            continue
+        if constants.config.has_configuration_definition(plugin_type, name):
+            _registered[(plugin_type, name)] = path
+
+
+def _forget(plugin_type: str, name: str) -> None:
+    from ansible import constants
+
+    constants.config._plugins.get(plugin_type, {}).pop(name, None)
