@@ -117,14 +117,21 @@ def _cache_documentation() -> bool:
     both names are replaced by a loader that keeps what it parsed. ansible-core 2.19 parses with
     `yaml.load` and tags every value with its origin and trust: left as it is."""
     from ansible.plugins import loader
-    from ansible.release import __version__
     from ansible.utils import plugin_docs
 
-    if tuple(int(part) for part in __version__.split(".")[:2]) >= (2, 19):
+    if not documentation_kept():
         return False
     for module in (loader, plugin_docs):
         module.AnsibleLoader = functools.partial(_DocumentationLoader, module.AnsibleLoader)  # type: ignore[attr-defined]
     return True
+
+
+def documentation_kept() -> bool:
+    """Whether this ansible-core parses plugin documentation into plain values the worker can keep
+    (2.18); 2.19 tags every value it parses with its origin and trust."""
+    from ansible.release import __version__
+
+    return tuple(int(part) for part in __version__.split(".")[:2]) < (2, 19)
 
 
 class _DocumentationLoader:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from . import parse_cache
+
 #: The plugins registered by the worker: (type, name) to the file their settings were read from.
 _registered: dict[tuple[str, str], str] = {}
 
@@ -23,10 +25,9 @@ def install() -> None:
     """In the worker, once its settings are read: registers the settings of the configurable
     builtin plugins it imported, and makes a run's first load of each check what it loads."""
     from ansible.plugins import loader
-    from ansible.release import __version__
 
-    if tuple(int(part) for part in __version__.split(".")[:2]) >= (2, 19):
-        return  # 2.19 parses documentation into tagged values the worker does not keep (parse_cache)
+    if not parse_cache.documentation_kept():
+        return
     _register_imported(loader)
     original = loader.PluginLoader._load_config_defs
 

@@ -195,6 +195,17 @@ def ansible_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+#: Child-interpreter code that counts Ansible's YAML parses in `parses` (after `yaml_loader` is imported).
+_COUNTING_PARSES = """
+    parses = []
+    original = yaml_loader.AnsibleLoader.get_single_data
+    def counting(self):
+        parses.append(1)
+        return original(self)
+    yaml_loader.AnsibleLoader.get_single_data = counting
+"""
+
+
 @pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19 tags what it parses; its documentation is not kept")
 def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives() -> None:
     # In child interpreters: the cache patches Ansible's plugin loader for the whole process. A
@@ -207,12 +218,9 @@ def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives()
         from ansible_operator_worker import ansible_state, parse_cache
         if sys.argv[1] == "cached":
             parse_cache.install()
-        parses = []
-        original = yaml_loader.AnsibleLoader.get_single_data
-        def counting(self):
-            parses.append(1)
-            return original(self)
-        yaml_loader.AnsibleLoader.get_single_data = counting
+        """
+    ) + textwrap.dedent(_COUNTING_PARSES) + textwrap.dedent(
+        """
         ansible_state.reread_settings()
         from ansible import constants
         from ansible.plugins.loader import callback_loader
@@ -243,15 +251,9 @@ _REGISTERED_SETTINGS = """
     ansible_state.worker_inputs()
     if sys.argv[1] == "registered":
         plugin_settings.install()
-    parses = []
-    original = yaml_loader.AnsibleLoader.get_single_data
-    def counting(self):
-        parses.append(1)
-        return original(self)
-    yaml_loader.AnsibleLoader.get_single_data = counting
     from ansible import constants
     from ansible.plugins import loader
-"""
+""" + _COUNTING_PARSES
 
 
 @pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
