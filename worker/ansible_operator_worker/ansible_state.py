@@ -68,6 +68,13 @@ def _constants() -> ModuleType:
     return constants
 
 
+def core_version() -> tuple[int, ...]:
+    """ansible-core's major and minor version."""
+    from ansible.release import __version__
+
+    return tuple(int(part) for part in __version__.split(".")[:2])
+
+
 def settings() -> Settings:
     """The current value of every setting."""
     C = _constants()

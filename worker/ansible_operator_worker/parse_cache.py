@@ -5,7 +5,13 @@ of the plugins every run loads (their `DOCUMENTATION` and its fragments: Ansible
 plugin's settings from it each time a run's settings are read, a quarter of a short play's time).
 Results are kept by the hash of the bytes parsed (and, for documentation, the file name its
 positions name), so a file that changes is parsed anew, and every caller gets its own copy
-(unpickled), so nothing a run does to it reaches another run."""
+(unpickled), so nothing a run does to it reaches another run.
+
+Unpickling the routing metadata of `ansible.builtin` (2 MiB of objects) takes some 5 ms of every
+run. The worker therefore also keeps the metadata unpickled, and the first reader of it in a
+process forked from the worker takes that copy as it is: after the fork it is that process's own
+(copy-on-write), as a freshly parsed one would be. The copy counts as taken in that process and in
+every process it forks, whose readers get an unpickled copy each, as before."""
 
 from __future__ import annotations
 
@@ -17,7 +23,15 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
+from . import ansible_state, process
+
 _parsed: dict[bytes, bytes] = {}
+
+#: Parsed routing metadata kept unpickled by the worker, by key, for a process's first reader.
+_whole: dict[bytes, Any] = {}
+
+#: Keys of `_whole` taken in this process or one it was forked from.
+_taken: set[bytes] = set()
 
 
 def _key(data: bytes | str) -> bytes:
@@ -26,6 +40,9 @@ def _key(data: bytes | str) -> bytes:
 
 def _cached(data: bytes | str, parse: Callable[[], Any]) -> Any:
     key = _key(data)
+    if key in _whole and key not in _taken:
+        _taken.add(key)
+        return _whole[key]
     kept = _parsed.get(key)
     if kept is None:
         value = parse()
@@ -75,40 +92,29 @@ def install() -> None:
         if documentation:
             _prefill_documentation()
 
-    _fill_in_child(fill)
-
-
-def _fill_in_child(fill: Callable[[], None]) -> None:
-    """Runs `fill` in a forked child and keeps what it parsed. Parsing leaves the heap of the
-    process that parsed fragmented (some 8 MiB that Python does not give back), and the worker's
-    heap is what every run shares: only the pickled results (well under 1 MiB) come back. Without
-    a child (fork fails), fills here."""
-    read, write = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read)
-        os.close(write)
+    def filled() -> dict[bytes, bytes]:
         fill()
-        return
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read)
-            fill()
-            with os.fdopen(write, "wb") as out:
-                pickle.dump(_parsed, out)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if status == 0 and data:
-        _parsed.update(pickle.loads(data))
+        return _parsed
+
+    # Parsing fragments the heap of the process that parses (some 8 MiB): done in a child, whose
+    # pickled results (well under 1 MiB) come back.
+    parsed = process.computed_in_child(filled)
+    if parsed is None:
+        fill()
     else:
-        fill()
+        _parsed.update(parsed)
+    _keep_metadata_whole()
+
+
+def _keep_metadata_whole() -> None:
+    for path in _metadata_files():
+        try:
+            with open(path, "rb") as file:
+                key = _key(file.read())
+        except OSError:
+            continue
+        if key in _parsed:
+            _whole[key] = pickle.loads(_parsed[key])
 
 
 def _cache_documentation() -> bool:
@@ -129,9 +135,7 @@ def _cache_documentation() -> bool:
 def documentation_kept() -> bool:
     """Whether this ansible-core parses plugin documentation into plain values the worker can keep
     (2.18); 2.19 tags every value it parses with its origin and trust."""
-    from ansible.release import __version__
-
-    return tuple(int(part) for part in __version__.split(".")[:2]) < (2, 19)
+    return ansible_state.core_version() < (2, 19)
 
 
 class _DocumentationLoader:

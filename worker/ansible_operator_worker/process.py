@@ -7,11 +7,13 @@ import atexit
 import ctypes
 import io
 import os
+import pickle
 import resource
 import signal
 import sys
 import traceback
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
@@ -171,3 +173,35 @@ def descendants(root: int) -> list[int]:
                 found.append(child)
                 queue.append(child)
     return found
+
+
+def computed_in_child(compute: Callable[[], Any]) -> Any:
+    """What `compute()` returns, computed in a forked child and handed back pickled. Work that
+    parses or loads much leaves the heap of the process that did it fragmented (megabytes Python
+    does not give back), and the worker's heap is what every run shares: only the result comes
+    back. None when the child could not be forked or failed (the caller then does without, or
+    computes in place)."""
+    read, write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        return None
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read)
+            result = compute()
+            with os.fdopen(write, "wb") as out:
+                pickle.dump(result, out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not data:
+        return None
+    return pickle.loads(data)

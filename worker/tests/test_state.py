@@ -300,6 +300,37 @@ def test_another_file_under_a_registered_name_or_a_playbooks_fragments_read_the_
     assert result["parses"] >= 2, "the other file's, and the callback's read again with the playbook's fragments"
 
 
+def test_the_workers_unpickled_metadata_goes_to_the_first_reader_in_each_forked_process(monkeypatch) -> None:
+    import pickle
+
+    from ansible_operator_worker import parse_cache
+
+    data = b"plugin_routing: {filter: {a: {redirect: b}}}"
+    parsed = {"plugin_routing": {"filter": {"a": {"redirect": "b"}}}}
+    key = parse_cache._key(data)
+    monkeypatch.setitem(parse_cache._parsed, key, pickle.dumps(parsed))
+    monkeypatch.setattr(parse_cache, "_whole", {key: pickle.loads(pickle.dumps(parsed))})
+    monkeypatch.setattr(parse_cache, "_taken", set())
+    whole = parse_cache._whole[key]
+
+    def unparsable() -> object:
+        raise AssertionError("kept: never parsed again")
+
+    def run() -> tuple[bool, bool, object, object]:
+        first = parse_cache._cached(data, unparsable)
+        first["plugin_routing"]["filter"]["a"]["redirect"] = "changed by the run"
+        second = parse_cache._cached(data, unparsable)
+        in_its_fork = process.computed_in_child(lambda: parse_cache._cached(data, unparsable) is whole)
+        return first is whole, second is whole, second, in_its_fork
+
+    first_is_whole, second_is_whole, second, in_its_fork = process.computed_in_child(run)
+    assert first_is_whole, "the first reader in a fork takes the worker's copy"
+    assert not second_is_whole and second == parsed, "later readers get their own, as parsed"
+    assert in_its_fork is False, "a process forked after the first read gets its own too"
+    assert whole == parsed and not parse_cache._taken, "the worker's copy and state are untouched"
+    assert process.computed_in_child(lambda: parse_cache._cached(data, unparsable) is whole), "the next run takes it"
+
+
 def test_builtin_filter_and_test_plugins_loaded_by_the_worker_are_the_ones_a_run_finds() -> None:
     # In a child interpreter: loading plugins changes `sys.modules` and the loaders for the process.
     code = textwrap.dedent(
