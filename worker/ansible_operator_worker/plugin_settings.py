@@ -6,36 +6,47 @@ of them, each time anew. The worker registers those of the plugins it imported, 
 them while it reads its settings from what the worker read them from (`ansible_state.inputs`; a
 run that reads all its settings again starts with none, as Ansible does).
 
-A run's first load of each name checks that it is the same file, and that no playbook added a
-`doc_fragments` directory (which could change a fragment it merges): otherwise that plugin's
-settings are read from its own documentation, as a new process would."""
+ansible-runner's `awx_display`, the stdout callback of every run, is registered too: the worker
+does not import it (importing it reads the run's environment), so its documentation is read from
+its source.
+
+A run's first load of each name checks that it is the same file with the same documentation, and
+that no playbook added a `doc_fragments` directory (which could change a fragment it merges):
+otherwise that plugin's settings are read from its own documentation, as a new process would."""
 
 from __future__ import annotations
 
+import ast
+import os
 import sys
+import types
 from typing import Any
 
 from . import parse_cache
 
-#: The plugins registered by the worker: (type, name) to the file their settings were read from.
-_registered: dict[tuple[str, str], str] = {}
+#: The plugins registered by the worker: (type, name) to the file and documentation their
+#: settings were read from.
+_registered: dict[tuple[str, str], tuple[str, object]] = {}
 
 
 def install() -> None:
     """In the worker, once its settings are read: registers the settings of the configurable
-    builtin plugins it imported, and makes a run's first load of each check what it loads."""
+    builtin plugins it imported and of ansible-runner's callback, and makes a run's first load of
+    each check what it loads."""
     from ansible.plugins import loader
 
     if not parse_cache.documentation_kept():
         return
     _register_imported(loader)
+    _register_runner_callback(loader)
     original = loader.PluginLoader._load_config_defs
 
     def load_config_defs(self: Any, name: str, module: Any, path: str) -> None:
         if self.class_name:
             plugin_type = loader.get_plugin_class(self.class_name)
             kept = _registered.pop((plugin_type, name), None)
-            if kept is not None and (kept != path or loader.fragment_loader._extra_dirs):
+            read = (path, getattr(module, "DOCUMENTATION", None))
+            if kept is not None and (kept != read or loader.fragment_loader._extra_dirs):
                 _forget(plugin_type, name)
         original(self, name, module, path)
 
@@ -43,24 +54,54 @@ def install() -> None:
 
 
 def _register_imported(loader: Any) -> None:
-    from ansible import constants
-
     for module_name, module in list(sys.modules.items()):
         parts = module_name.split(".")
         path = getattr(module, "__file__", None)
         if len(parts) != 4 or parts[:2] != ["ansible", "plugins"] or not path:
             continue
-        plugin_type, name = parts[2], parts[3]
-        plugin_loader = getattr(loader, f"{plugin_type}_loader", None)
-        if plugin_type not in constants.CONFIGURABLE_PLUGINS or plugin_loader is None:
-            continue
-        try:
-            plugin_loader._load_config_defs(name, module, path)
-        except Exception:  # noqa: BLE001 - a run reads it again and reports what is wrong
-            _forget(plugin_type, name)
-            continue
-        if constants.config.has_configuration_definition(plugin_type, name):
-            _registered[(plugin_type, name)] = path
+        _register(loader, parts[2], parts[3], module, path)
+
+
+def _register_runner_callback(loader: Any) -> None:
+    from ansible_runner.utils import get_callback_dir
+
+    path = os.path.join(get_callback_dir(), "awx_display.py")
+    documentation = _documentation_in_source(path)
+    if documentation is not None:
+        _register(loader, "callback", "awx_display", types.SimpleNamespace(DOCUMENTATION=documentation), path)
+
+
+def _register(loader: Any, plugin_type: str, name: str, module: Any, path: str) -> None:
+    from ansible import constants
+
+    plugin_loader = getattr(loader, f"{plugin_type}_loader", None)
+    if plugin_type not in constants.CONFIGURABLE_PLUGINS or plugin_loader is None:
+        return
+    try:
+        plugin_loader._load_config_defs(name, module, path)
+    except Exception:  # noqa: BLE001 - a run reads it again and reports what is wrong
+        _forget(plugin_type, name)
+        return
+    if constants.config.has_configuration_definition(plugin_type, name):
+        _registered[(plugin_type, name)] = (path, getattr(module, "DOCUMENTATION", None))
+
+
+def _documentation_in_source(path: str) -> str | None:
+    """The text a module's top-level `DOCUMENTATION = "..."` assigns, read without importing it."""
+    try:
+        with open(path, "rb") as file:
+            tree = ast.parse(file.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(target, "id", None) for target in node.targets] == ["DOCUMENTATION"]
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            return node.value.value
+    return None
 
 
 def _forget(plugin_type: str, name: str) -> None:

@@ -300,6 +300,54 @@ def test_another_file_under_a_registered_name_or_a_playbooks_fragments_read_the_
     assert result["parses"] >= 2, "the other file's, and the callback's read again with the playbook's fragments"
 
 
+@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+def test_ansible_runners_callback_is_registered_with_the_settings_its_own_load_reads() -> None:
+    # The worker does not import `awx_display`; a run does, from ansible-runner's callback directory.
+    code = textwrap.dedent(
+        """
+        import os
+        from ansible_runner.utils import get_callback_dir
+        os.environ["ANSIBLE_CALLBACK_PLUGINS"] = get_callback_dir()
+        import ansible.plugins.callback.default  # its base class, which the worker imports
+        """
+    ) + textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
+        """
+        registered = constants.config.has_configuration_definition("callback", "awx_display")
+        loader.callback_loader.get("awx_display", class_only=True)
+        options = constants.config.get_configuration_definitions("callback", "awx_display")
+        print(json.dumps({"registered": registered, "options": options, "parses": len(parses)}, sort_keys=True))
+        """
+    )
+    runs = {
+        mode: __import__("json").loads(
+            subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True).stdout
+        )
+        for mode in ("fresh", "registered")
+    }
+    assert not runs["fresh"]["registered"] and runs["fresh"]["parses"] > 0
+    assert runs["fresh"]["options"], "its settings come from the fragment it extends"
+    assert runs["registered"]["registered"], "registered by the worker before any run loads it"
+    assert runs["registered"]["parses"] == 0, "its documentation is not read again"
+    assert runs["registered"]["options"] == runs["fresh"]["options"]
+
+
+@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+def test_a_callback_whose_documentation_differs_from_the_workers_reads_its_own() -> None:
+    code = textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
+        """
+        import os, types
+        from ansible_runner.utils import get_callback_dir
+        changed = types.ModuleType("awx_display")
+        changed.DOCUMENTATION = "options:\\n  only_here:\\n    description: an option of the changed file\\n"
+        path = os.path.join(get_callback_dir(), "awx_display.py")
+        loader.callback_loader._load_config_defs("awx_display", changed, path)
+        print(json.dumps(sorted(constants.config.get_configuration_definitions("callback", "awx_display"))))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code, "registered"], capture_output=True, text=True, check=True)
+    assert __import__("json").loads(out.stdout) == ["only_here"]
+
+
 def test_the_workers_unpickled_metadata_goes_to_the_first_reader_in_each_forked_process(monkeypatch) -> None:
     import pickle
 
