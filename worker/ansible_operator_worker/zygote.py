@@ -22,6 +22,7 @@ from . import (
     ansible_state,
     event_files,
     files,
+    jinja_misses,
     lazy_kubernetes,
     modules,
     parse_cache,
@@ -129,6 +130,7 @@ def main() -> NoReturn:
     template_cache.install(_cache_dir(".templates"))
     modules.BYTECODE_DIR = _cache_dir(".bytecode")
     payload_cache.install(_cache_dir(".ansiballz"))
+    jinja_misses.install()
     inputs = ansible_state.worker_inputs()
     plugin_settings.install()
     ansible_state.forget_worker_local_tmp()
