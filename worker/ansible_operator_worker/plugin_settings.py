@@ -10,9 +10,13 @@ ansible-runner's `awx_display`, the stdout callback of every run, is registered 
 does not import it (importing it reads the run's environment), so its documentation is read from
 its source.
 
-A run's first load of each name checks that it is the same file with the same documentation, and
-that no playbook added a `doc_fragments` directory (which could change a fragment it merges):
-otherwise that plugin's settings are read from its own documentation, as a new process would."""
+A plugin that declares no settings (the `auto`, `ini` and `toml` inventory plugins, the `oneline`
+callback...) has nothing to register, so Ansible reads its documentation again at every load, to
+find nothing. The worker notes those, and a run's loads of them read nothing.
+
+A run's load checks that it is the same file with the same documentation, and that no playbook
+added a `doc_fragments` directory (which could change a fragment it merges): otherwise that
+plugin's settings are read from its own documentation, as a new process would."""
 
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ from . import parse_cache
 #: The plugins registered by the worker: (type, name) to the file and documentation their
 #: settings were read from.
 _registered: dict[tuple[str, str], tuple[str, object]] = {}
+
+#: The plugins whose documentation declares no settings: (type, name) to its file and
+#: documentation.
+_without_settings: dict[tuple[str, str], tuple[str, object]] = {}
 
 
 def install() -> None:
@@ -43,11 +51,14 @@ def install() -> None:
 
     def load_config_defs(self: Any, name: str, module: Any, path: str) -> None:
         if self.class_name:
-            plugin_type = loader.get_plugin_class(self.class_name)
-            kept = _registered.pop((plugin_type, name), None)
+            key = (loader.get_plugin_class(self.class_name), name)
             read = (path, getattr(module, "DOCUMENTATION", None))
-            if kept is not None and (kept != read or loader.fragment_loader._extra_dirs):
-                _forget(plugin_type, name)
+            fragments_as_read = not loader.fragment_loader._extra_dirs
+            kept = _registered.pop(key, None)
+            if kept is not None and (kept != read or not fragments_as_read):
+                _forget(*key)
+            elif _without_settings.get(key) == read and fragments_as_read:
+                return  # Ansible would read the documentation to find no settings in it
         original(self, name, module, path)
 
     loader.PluginLoader._load_config_defs = load_config_defs  # type: ignore[method-assign]
@@ -82,8 +93,11 @@ def _register(loader: Any, plugin_type: str, name: str, module: Any, path: str) 
     except Exception:  # noqa: BLE001 - a run reads it again and reports what is wrong
         _forget(plugin_type, name)
         return
+    read = (path, getattr(module, "DOCUMENTATION", None))
     if constants.config.has_configuration_definition(plugin_type, name):
-        _registered[(plugin_type, name)] = (path, getattr(module, "DOCUMENTATION", None))
+        _registered[(plugin_type, name)] = read
+    else:
+        _without_settings[(plugin_type, name)] = read
 
 
 def _documentation_in_source(path: str) -> str | None:

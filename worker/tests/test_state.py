@@ -301,6 +301,32 @@ def test_another_file_under_a_registered_name_or_a_playbooks_fragments_read_the_
 
 
 @pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+def test_a_plugin_without_settings_is_read_again_only_when_a_playbook_adds_fragments(tmp_path) -> None:
+    code = "import ansible.plugins.callback.oneline\n" + textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
+        f"""
+        oneline = sys.modules["ansible.plugins.callback.oneline"]
+        loader.callback_loader.get("oneline", class_only=True)
+        loader.callback_loader.get("oneline", class_only=True)
+        loads = len(parses)
+        loader.fragment_loader.add_directory({str(tmp_path)!r})
+        loader.callback_loader._load_config_defs("oneline", oneline, oneline.__file__)
+        print(json.dumps({{"loads": loads, "with_fragments": len(parses) - loads,
+                          "options": constants.config.get_configuration_definitions("callback", "oneline")}}))
+        """
+    )
+    runs = {
+        mode: __import__("json").loads(
+            subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True).stdout
+        )
+        for mode in ("fresh", "registered")
+    }
+    assert runs["fresh"]["loads"] >= 2, "Ansible reads it at every load: there is nothing to register"
+    assert runs["registered"]["loads"] == 0, "the worker noted it declares none"
+    assert runs["registered"]["with_fragments"] > 0, "a playbook's fragments could give it some"
+    assert runs["registered"]["options"] == runs["fresh"]["options"] == {}
+
+
+@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
 def test_ansible_runners_callback_is_registered_with_the_settings_its_own_load_reads() -> None:
     # The worker does not import `awx_display`; a run does, from ansible-runner's callback directory.
     code = textwrap.dedent(
