@@ -39,8 +39,8 @@ _without_settings: dict[tuple[str, str], tuple[str, object]] = {}
 
 def install() -> None:
     """In the worker, once its settings are read: registers the settings of the configurable
-    builtin plugins it imported and of ansible-runner's callback, and makes a run's first load of
-    each check what it loads."""
+    builtin plugins it imported and of ansible-runner's callback, notes those without settings, and
+    makes a run's loads of them check what they load."""
     from ansible.plugins import loader
 
     if not parse_cache.documentation_kept():
