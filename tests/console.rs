@@ -270,6 +270,8 @@ async fn edit_a_crs_spec_and_plan_it_to_see_what_it_would_do() {
     })
     .await;
     editor.clear().await.unwrap();
+    // The page refreshes every 1.5 s meanwhile: an emptied editor stays the user's.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     editor.send_keys("{\"size\": 3}").await.unwrap();
     browser.find(Locator::Css("#plan-button")).await.unwrap().click().await.unwrap();
     let result =

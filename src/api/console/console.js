@@ -283,7 +283,11 @@ async function crPage(group, plural, namespace, name) {
   });
 
   // selected: the run shown; awaiting: the newest run when "Reconcile now" was pressed.
-  const state = { detail: null, selected: null, shown: null, awaiting: undefined, ending: undefined };
+  // specTouched: the user has gone into the spec editor, which then keeps what they type.
+  const state = { detail: null, selected: null, shown: null, awaiting: undefined, ending: undefined, specTouched: false };
+  const touchSpec = () => { state.specTouched = true; };
+  specEditor.addEventListener('focus', touchSpec);
+  specEditor.addEventListener('input', touchSpec);
 
   // POSTs an action on the CR from `button`; the notice says what `said` makes of the answer, or
   // why it was refused.
@@ -321,7 +325,9 @@ async function crPage(group, plural, namespace, name) {
 
   const runs = () => {
     const detail = state.detail;
-    if (detail && !specEditor.value) specEditor.value = JSON.stringify(detail.spec || {}, null, 2);
+    // The CR's current spec until the user goes into the editor: a refresh never writes over
+    // what they are typing, even after they emptied it.
+    if (detail && !state.specTouched) specEditor.value = JSON.stringify(detail.spec || {}, null, 2);
     const list = detail.runs.slice();
     if (detail.inFlight) list.unshift(detail.inFlight);
     return list;
