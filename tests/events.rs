@@ -49,10 +49,13 @@ async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_nu
     let created = support::create_cr(&api, GROUP, KIND, "cr", json!({"fail": true})).await;
     let uid = created.metadata.uid.clone().unwrap();
 
-    // The first run (Created) and its retries (Retry) fail alike: the retries are one Event.
+    // The first run (Created) and its retries (Retry) fail alike: the retries are one Event, whose
+    // last timestamp moves on with later retries (the first ones can fall in the same second).
     let retried = support::wait_for("a counted ReconcileFailed Event", WAIT, || async {
         let events = events_about(&client, &ns.name, "cr").await;
-        let retried = events.iter().find(|e| e.count.unwrap_or(0) >= 2).cloned();
+        let later =
+            |e: &Event| e.first_timestamp.as_ref().map(|t| t.0) < e.last_timestamp.as_ref().map(|t| t.0);
+        let retried = events.iter().find(|e| e.count.unwrap_or(0) >= 2 && later(e)).cloned();
         Ok(retried
             .ok_or_else(|| format!("{:?}", events.iter().map(|e| (&e.message, e.count)).collect::<Vec<_>>())))
     })
