@@ -88,6 +88,18 @@ async fn screenshot(browser: &Client, name: &str) {
 
 /// Texts of the elements matching `css`.
 async fn texts(browser: &Client, css: &str) -> Result<Vec<String>, String> {
+    // The page re-renders on every refresh: an element found may be replaced before it is read.
+    let mut stale = String::new();
+    for _ in 0..5 {
+        match read_texts(browser, css).await {
+            Err(error) if error.contains("stale element") => stale = error,
+            read => return read,
+        }
+    }
+    Err(stale)
+}
+
+async fn read_texts(browser: &Client, css: &str) -> Result<Vec<String>, String> {
     let mut texts = Vec::new();
     for element in browser.find_all(Locator::Css(css)).await.map_err(|e| e.to_string())? {
         texts.push(element.text().await.map_err(|e| e.to_string())?);
