@@ -9,12 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ansible.release import __version__
 
-pytestmark = pytest.mark.skipif(
-    tuple(int(part) for part in __version__.split(".")[:2]) >= (2, 19),
-    reason="2.19 loads Jinja2 plugins its own way",
-)
+from ansible_operator_worker import ansible_state
+
+pytestmark = pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19 loads Jinja2 plugins its own way")
 
 #: In a child interpreter (the loaders and `pkgutil` are patched for the whole process): renders
 #: with Jinja2's own filters and tests next to a playbook's filter plugin directory, and counts

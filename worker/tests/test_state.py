@@ -188,13 +188,6 @@ def test_parsed_yaml_is_kept_by_content_and_every_caller_gets_its_own_copy() -> 
     assert len(calls) == 2, "other content is parsed anew"
 
 
-def ansible_version() -> tuple[int, int]:
-    from ansible.release import __version__
-
-    major, minor = __version__.split(".")[:2]
-    return int(major), int(minor)
-
-
 #: Child-interpreter code that counts Ansible's YAML parses in `parses` (after `yaml_loader` is imported).
 _COUNTING_PARSES = """
     parses = []
@@ -206,7 +199,7 @@ _COUNTING_PARSES = """
 """
 
 
-@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19 tags what it parses; its documentation is not kept")
+@pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19 tags what it parses; its documentation is not kept")
 def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives() -> None:
     # In child interpreters: the cache patches Ansible's plugin loader for the whole process. A
     # configurable plugin the worker imported, with a builtin fragment, loaded as a run loads it.
@@ -256,7 +249,7 @@ _REGISTERED_SETTINGS = """
 """ + _COUNTING_PARSES
 
 
-@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+@pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
 def test_a_run_finds_the_settings_of_the_workers_plugins_registered_as_its_own_load_would() -> None:
     code = textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
         """
@@ -278,7 +271,7 @@ def test_a_run_finds_the_settings_of_the_workers_plugins_registered_as_its_own_l
     assert runs["registered"]["options"] == runs["fresh"]["options"]
 
 
-@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+@pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
 def test_another_file_under_a_registered_name_or_a_playbooks_fragments_read_the_plugins_own_settings(
     tmp_path,
 ) -> None:
@@ -300,7 +293,7 @@ def test_another_file_under_a_registered_name_or_a_playbooks_fragments_read_the_
     assert result["parses"] >= 2, "the other file's, and the callback's read again with the playbook's fragments"
 
 
-@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+@pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
 def test_a_plugin_without_settings_is_read_again_only_when_a_playbook_adds_fragments(tmp_path) -> None:
     code = "import ansible.plugins.callback.oneline\n" + textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
         f"""
@@ -326,7 +319,7 @@ def test_a_plugin_without_settings_is_read_again_only_when_a_playbook_adds_fragm
     assert runs["registered"]["options"] == runs["fresh"]["options"] == {}
 
 
-@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+@pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
 def test_ansible_runners_callback_is_registered_with_the_settings_its_own_load_reads() -> None:
     # The worker does not import `awx_display`; a run does, from ansible-runner's callback directory.
     code = textwrap.dedent(
@@ -357,7 +350,7 @@ def test_ansible_runners_callback_is_registered_with_the_settings_its_own_load_r
     assert runs["registered"]["options"] == runs["fresh"]["options"]
 
 
-@pytest.mark.skipif(ansible_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
+@pytest.mark.skipif(ansible_state.core_version() >= (2, 19), reason="2.19's plugin settings are not registered by the worker")
 def test_a_callback_whose_documentation_differs_from_the_workers_reads_its_own() -> None:
     code = textwrap.dedent(_REGISTERED_SETTINGS) + textwrap.dedent(
         """
