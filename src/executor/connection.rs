@@ -198,6 +198,8 @@ impl Connection {
                 }
             }
             Step::Exited { id, exit } => {
+                // The first of the two messages a run's exit comes in (the run's own, the
+                // worker's after reaping): the waiter is gone after it.
                 if let Some(sender) = self.table().waiters.get_mut(&id).and_then(|w| w.exited.take()) {
                     let _ = sender.send(Ok(exit));
                 }

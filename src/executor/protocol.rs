@@ -69,7 +69,9 @@ pub enum Message {
         /// The signal that ended it, when one did.
         signal: Option<i32>,
     },
-    /// A run's process ended.
+    /// A run's process ended. Sent twice for a run that exits: first by the run process itself
+    /// as it exits (before it gives its memory back), then by the worker once it has reaped it;
+    /// the first counts. A run a signal ended is told once, by the worker.
     Exited {
         /// The run.
         id: String,

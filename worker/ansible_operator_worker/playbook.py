@@ -153,14 +153,68 @@ def install(worker: Worker, run_id: str, control_fd: int) -> None:
         mode = "warm" if decided.warm else "cold"
         protocol.send_fd(control_fd, {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason})
         if decided.warm and decided.command is not None:
-            kwargs["preexec_fn"] = _playbook_process(decided.script, decided.command, dict(env))
-        child = original(command, args, **kwargs)
+            told, tell = os.pipe2(os.O_CLOEXEC)
+            kwargs["preexec_fn"] = _playbook_process(decided.script, decided.command, dict(env), tell)
+            try:
+                child = keeping_descriptor(original, tell)(command, args, **kwargs)
+            finally:
+                os.close(tell)
+            take_told_status(child, told)
+        else:
+            child = original(command, args, **kwargs)
         read_promptly(child)
         close_when_exited(child)
         report_end(child, run_id, control_fd)
         return child
 
     pexpect.spawn = spawn  # type: ignore[assignment]
+
+
+def keeping_descriptor(spawn: type, fd: int) -> type:
+    """pexpect's spawn, whose child keeps `fd` open (ptyprocess closes every other descriptor)."""
+    import ptyprocess
+
+    class Spawn(spawn):  # type: ignore[misc,valid-type]
+        def _spawnpty(self, args: list[str], **kwargs: Any) -> Any:
+            return ptyprocess.PtyProcess.spawn(args, pass_fds=(fd,), **kwargs)
+
+    return Spawn
+
+
+def take_told_status(child: Any, told: int) -> None:
+    """The playbook process tells its exit status on `told` as it exits, before it gives its
+    memory back (`process.finish`, some 5 ms); ptyprocess would wait for it to be reaped, after
+    that. The told status is taken as the process's end instead, exactly what waitpid would say;
+    the zombie is reaped by the zygote once this process has exited. A process that ends without
+    telling (a signal) is waited for as before."""
+    ptyproc = child.ptyproc
+    isalive = ptyproc.isalive
+    os.set_blocking(told, False)
+
+    def isalive_unless_told() -> bool:
+        if not ptyproc.terminated:
+            code = _read_status(told)
+            if code is not None:
+                ptyproc.status, ptyproc.exitstatus, ptyproc.signalstatus = code << 8, code, None
+                ptyproc.terminated = True
+        return isalive()
+
+    ptyproc.isalive = isalive_unless_told
+
+
+def _read_status(fd: int) -> int | None:
+    try:
+        told = os.read(fd, 16)
+    except BlockingIOError:
+        return None
+    return int(told) if told.isdigit() else None
+
+
+def _tell_status(fd: int) -> Callable[[int], None]:
+    def tell(status: int) -> None:
+        os.write(fd, b"%d" % status)
+
+    return tell
 
 
 def read_promptly(child: Any) -> None:
@@ -214,14 +268,14 @@ def report_end(child: Any, run_id: str, control_fd: int) -> None:
     child.close = close_and_report
 
 
-def _playbook_process(script: str, command: Command, env: dict[str, str]) -> Callable[[], None]:
+def _playbook_process(script: str, command: Command, env: dict[str, str], tell: int) -> Callable[[], None]:
     """The function ptyprocess calls in its child where it would exec: it runs ansible-playbook in
-    this process and never returns."""
+    this process and never returns. Its exit status is told on `tell` (`take_told_status`)."""
 
     def run() -> None:
         # Where exec would close them: the pipe ptyprocess watches to learn that exec happened,
-        # and everything above 2 this process inherited.
-        process.close_descriptors_from(3)
+        # and everything above 2 this process inherited, but the pipe its status is told on.
+        process.close_descriptors_from(3, keep=tell)
         process.set_name(script)
         process.replace_environment(env)
         process.reset_signals()
@@ -247,7 +301,7 @@ def _playbook_process(script: str, command: Command, env: dict[str, str]) -> Cal
         finally:
             if command.agent is not None:
                 command.agent.stop()
-            process.finish(status)
+            process.finish(status, report=_tell_status(tell))
 
     return run
 

@@ -10,6 +10,8 @@ Worker → operator:
     {"type": "mode", "id": ..., "mode": "warm" | "cold", "reason": "..."}
     {"type": "playbook_ended", "id": ..., "code": int | None, "signal": int | None}
     {"type": "exited", "id": ..., "code": int | None, "signal": int | None}
+        sent by the run process itself as it exits (before it gives its memory back), and again
+        by the zygote once it has reaped it; the first counts. A run a signal ended is told once.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import shutil
 import sys
 from typing import NoReturn
 
-from . import playbook, process
+from . import playbook, process, protocol
 
 
 def main(
@@ -46,4 +46,10 @@ def main(
 
         status = process.run_main(ansible_runner)
     finally:
-        process.finish(status)
+        process.finish(status, report=lambda code: _tell_exit(control_fd, run_id, code))
+
+
+def _tell_exit(control_fd: int, run_id: str, code: int) -> None:
+    """Tells the operator the run's exit status as it exits, before its memory is given back; the
+    zygote tells it again once it has reaped the process (the operator takes the first)."""
+    protocol.send_fd(control_fd, {"type": "exited", "id": run_id, "code": code, "signal": None})

@@ -122,6 +122,9 @@ def main() -> NoReturn:
     os.dup2(null, 0)
     os.close(null)
     started = time.monotonic()
+    # A run's playbook process tells its status and exits; its zombie may outlive the run process
+    # that would have reaped it, and comes here to be reaped.
+    process.become_subreaper()
     _add_runner_environment()
     lazy_kubernetes.install()
     missing = _preload()
