@@ -9,7 +9,7 @@ import shutil
 import sys
 from typing import NoReturn
 
-from . import playbook, process, protocol
+from . import playbook, process, protocol, runner_cli
 
 
 def main(
@@ -42,6 +42,7 @@ def main(
         sys.argv = [script, *argv]
         sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
         playbook.install(worker, run_id, control_fd)
+        runner_cli.install()
         from ansible_runner.__main__ import main as ansible_runner
 
         status = process.run_main(ansible_runner)

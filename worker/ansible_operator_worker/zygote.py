@@ -32,6 +32,7 @@ from . import (
     process,
     protocol,
     run,
+    runner_cli,
     template_cache,
 )
 
@@ -128,6 +129,7 @@ def main() -> NoReturn:
     _add_runner_environment()
     lazy_kubernetes.install()
     missing = _preload()
+    runner_cli.build()
     event_files.install()
     parse_cache.install()
     template_cache.install(_cache_dir(".templates"))
