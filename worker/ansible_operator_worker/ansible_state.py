@@ -220,7 +220,8 @@ def fresh_process_state() -> None:
 
     ansible_vars.cur_id = 0
     ansible_vars.random_int = ("%08x" % secrets.randbelow(2**32))[:8]
-    _renew_write_locks()
+    if not _write_locks_renewed:
+        renew_write_locks()
     multiprocessing.current_process().authkey = os.urandom(32)
 
 
@@ -231,7 +232,16 @@ def _show_config_warnings() -> None:
         handle_config_noise()
 
 
-def _renew_write_locks() -> None:
+#: Whether this process, or the run process that forked it, made the write locks anew.
+_write_locks_renewed = False
+
+
+def renew_write_locks() -> None:
+    """Ansible's module write locks (ansible-core < 2.19; some 3 ms for 27 semaphores) made anew:
+    the run's own, shared with no other run. A run process makes them before it knows its run,
+    and the playbook process it forks takes them."""
+    global _write_locks_renewed
+    _write_locks_renewed = True
     try:
         from ansible.executor import action_write_locks  # ansible-core < 2.19
     except ImportError:

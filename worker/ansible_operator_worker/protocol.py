@@ -36,6 +36,11 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.send(json.dumps(message, separators=(",", ":")).encode())
 
 
+def send_with_fds(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
+    """Sends one message with file descriptors attached (a run request, to a spare run process)."""
+    socket.send_fds(sock, [json.dumps(message, separators=(",", ":")).encode()], fds)
+
+
 def send_fd(fd: int, message: dict[str, Any]) -> None:
     """Sends one message on a raw socket file descriptor (a process that only holds the fd)."""
     sock = socket.socket(fileno=fd)

@@ -1,15 +1,42 @@
 """The run process: a fork of the zygote that becomes what `ansible-runner run <dir> ...` would be,
 with the argv, environment, working directory and standard streams the operator gave the run, and
-runs ansible-runner's own command-line entry point."""
+runs ansible-runner's own command-line entry point. A spare run process is forked ahead of its run
+and prepares what does not depend on the run while it waits for it."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
-from . import playbook, process, protocol, runner_cli
+from . import ansible_state, playbook, process, protocol, runner_cli
+
+#: A run request: its id, argv, environment, working directory, stdout and stderr.
+Request = tuple[str, list[str], dict[str, str], str, int, int]
+
+
+def prepare() -> None:
+    """What a run process does before it knows its run: its own process group, as the operator
+    starts ansible-runner; a subreaper, so what the run leaves behind stays below it for the
+    operator to end; signal dispositions as after exec; the run's own Ansible write locks."""
+    os.setpgid(0, 0)
+    process.become_subreaper()
+    process.reset_signals()
+    ansible_state.renew_write_locks()
+
+
+def spare(receive: Callable[[], Request | None], control_fd: int, worker: playbook.Worker) -> NoReturn:
+    """A spare run process: prepares, then waits for its run and runs it; exits when none comes."""
+    try:
+        prepare()
+        request = receive()
+    except BaseException:  # noqa: BLE001 - a spare that cannot serve ends; the zygote forks runs itself
+        os._exit(1)
+    if request is None:
+        os._exit(0)
+    main(*request, control_fd, worker, prepared=True)
 
 
 def main(
@@ -21,15 +48,13 @@ def main(
     stderr: int,
     control_fd: int,
     worker: playbook.Worker,
+    prepared: bool = False,
 ) -> NoReturn:
     """Runs ansible-runner with `argv` (after the program name) and exits with its status."""
     status = 1
     try:
-        # Its own process group, as the operator starts ansible-runner; a subreaper, so what the
-        # run leaves behind stays below it for the operator to end.
-        os.setpgid(0, 0)
-        process.become_subreaper()
-        process.reset_signals()
+        if not prepared:
+            prepare()
         stdin = os.open(os.devnull, os.O_RDONLY)
         process.redirect(stdin, stdout, stderr)
         for fd in {stdin, stdout, stderr} - {0, 1, 2}:

@@ -5,6 +5,7 @@ socket) or asks it to stop (SIGTERM), it ends the runs it started and exits."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.metadata
@@ -16,6 +17,7 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from . import (
@@ -219,6 +221,14 @@ def _versions() -> dict[str, str]:
     }
 
 
+@dataclass
+class Spare:
+    """A run process forked ahead of its run (`run.spare`), waiting for it on `socket`."""
+
+    pid: int
+    socket: socket.socket
+
+
 class Zygote:
     """The serving loop."""
 
@@ -227,6 +237,8 @@ class Zygote:
         self.worker = worker
         #: Run processes by pid, with their run id.
         self.runs: dict[int, str] = {}
+        #: The next run's process, forked while the worker waits: a run does not wait for its fork.
+        self.spare: Spare | None = None
         self.selector = selectors.DefaultSelector()
         self.wakeup_read, self.wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.stopping = False
@@ -238,6 +250,7 @@ class Zygote:
         signal.signal(signal.SIGTERM, self._stop)
         self.selector.register(self.control, selectors.EVENT_READ)
         self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        self.spare = self._fork_spare()
         while not self.stopping:
             for key, _ in self.selector.select():
                 if key.fileobj is self.control:
@@ -277,25 +290,68 @@ class Zygote:
                 os.close(fd)
             protocol.send(self.control, {"type": "spawn_failed", "id": str(message.get("id")), "error": str(error)})
             return
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        try:
-            pid = os.fork()
-        except OSError as error:
-            for fd in fds:
-                os.close(fd)
-            protocol.send(self.control, {"type": "spawn_failed", "id": run_id, "error": f"fork: {error}"})
-            return
-        if pid == 0:
-            signal.set_wakeup_fd(-1)
-            self.selector.close()
-            os.close(self.wakeup_read)
-            os.close(self.wakeup_write)
-            run.main(run_id, argv, env, cwd, fds[0], fds[1], self.control.fileno(), self.worker)
+        pid = self._hand_to_spare(message, fds)
+        if pid is None:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            try:
+                pid = os.fork()
+            except OSError as error:
+                for fd in fds:
+                    os.close(fd)
+                protocol.send(self.control, {"type": "spawn_failed", "id": run_id, "error": f"fork: {error}"})
+                return
+            if pid == 0:
+                self._leave_serving()
+                run.main(run_id, argv, env, cwd, fds[0], fds[1], self.control.fileno(), self.worker)
         for fd in fds:
             os.close(fd)
         self.runs[pid] = run_id
         protocol.send(self.control, {"type": "started", "id": run_id, "pid": pid})
+        if self.spare is None:
+            self.spare = self._fork_spare()
+
+    def _hand_to_spare(self, message: dict[str, Any], fds: list[int]) -> int | None:
+        """The spare's pid once it has the run request; None when there is no spare to take it."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        try:
+            protocol.send_with_fds(spare.socket, message, fds)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.kill(spare.pid, signal.SIGKILL)
+            return None
+        finally:
+            spare.socket.close()
+        return spare.pid
+
+    def _fork_spare(self) -> Spare | None:
+        """Forks the next run's process; None when it cannot (runs are then forked when asked)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            self._leave_serving()
+            ours.close()
+            run.spare(lambda: _run_request(theirs), self.control.fileno(), self.worker)
+        theirs.close()
+        return Spare(pid, ours)
+
+    def _leave_serving(self) -> None:
+        """In a fork: what only the serving loop uses goes."""
+        signal.set_wakeup_fd(-1)
+        self.selector.close()
+        os.close(self.wakeup_read)
+        os.close(self.wakeup_write)
+        if self.spare is not None:
+            self.spare.socket.close()
 
     def _drain_wakeups(self) -> None:
         try:
@@ -312,6 +368,12 @@ class Zygote:
                 return
             if pid == 0:
                 return
+            if self.spare is not None and pid == self.spare.pid:
+                # A spare that died unasked: the next run is forked when asked, and makes the
+                # next spare.
+                self.spare.socket.close()
+                self.spare = None
+                continue
             run_id = self.runs.pop(pid, None)
             if run_id is None:
                 continue
@@ -324,6 +386,9 @@ class Zygote:
 
     def _end_runs(self) -> None:
         """The operator is gone or stopping: no run may outlive the worker."""
+        if self.spare is not None:
+            self.spare.socket.close()  # a spare waiting for its run ends at that
+            self.spare = None
         for pid in list(self.runs):
             for member in [pid, *process.descendants(pid)]:
                 try:
@@ -334,3 +399,14 @@ class Zygote:
         while self.runs and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.05)
+
+
+def _run_request(sock: socket.socket) -> run.Request | None:
+    """In a spare: its run request, or None when the zygote is gone or has no run for it."""
+    received = protocol.receive(sock)
+    sock.close()
+    if received is None:
+        return None
+    message, fds = received
+    run_id, argv, env, cwd = protocol.run_request(message)
+    return run_id, argv, env, cwd, fds[0], fds[1]

@@ -1,0 +1,124 @@
+"""The zygote forks each run's process ahead of its run (a spare), serves the run with it, reports
+the run's exit, and ends the spare with itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class Worker:
+    def __init__(self, cwd: Path) -> None:
+        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen([sys.executable, "-m", "ansible_operator_worker"], stdin=theirs, cwd=cwd)
+        theirs.close()
+        self.socket.settimeout(60)
+        ready = self.receive()
+        assert ready["type"] == "ready"
+
+    def receive(self) -> dict[str, Any]:
+        message: dict[str, Any] = json.loads(self.socket.recv(1 << 20))
+        return message
+
+    def run(self, run_id: str) -> tuple[list[dict[str, Any]], bytes]:
+        """Runs `ansible-runner --version`; every message about it until its second `exited`, and
+        its output."""
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        request = {"type": "run", "id": run_id, "argv": ["--version"], "env": dict(os.environ), "cwd": os.getcwd()}
+        socket.send_fds(self.socket, [json.dumps(request).encode()], [out_write, err_write])
+        os.close(out_write)
+        os.close(err_write)
+        with os.fdopen(out_read, "rb") as out, os.fdopen(err_read, "rb"):
+            output = out.read()
+        messages = []
+        while [m["type"] for m in messages].count("exited") < 2:
+            messages.append(self.receive())
+        return messages, output
+
+    def spares(self) -> list[int]:
+        """The worker's children that serve no run yet."""
+        return [pid for pid in _children(self.process.pid) if _name(pid) == _name(self.process.pid)]
+
+    def close(self) -> None:
+        self.socket.close()
+        self.process.wait(timeout=30)
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as file:
+        return [int(child) for child in file.read().split()]
+
+
+def _name(pid: int) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as file:
+        return file.read().decode(errors="replace")
+
+
+def _eventually(check: Any, timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[Worker]:
+    started = Worker(tmp_path)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def test_a_run_is_served_by_the_process_forked_before_it_and_the_next_one_is_forked(worker: Worker) -> None:
+    [spare] = _eventually(worker.spares)
+    messages, output = worker.run("run-1")
+    started = next(m for m in messages if m["type"] == "started")
+    assert started["pid"] == spare
+    assert output.strip()  # ansible-runner's version
+    # The run tells its exit as it exits, the zygote again once it has reaped it.
+    exits = [m for m in messages if m["type"] == "exited"]
+    assert exits == [{"type": "exited", "id": "run-1", "code": 0, "signal": None}] * 2
+    [next_spare] = _eventually(worker.spares)
+    assert next_spare != spare
+
+
+def test_after_a_spare_dies_the_next_run_is_forked_when_asked(worker: Worker) -> None:
+    [spare] = _eventually(worker.spares)
+    os.kill(spare, signal.SIGKILL)
+    assert _eventually(lambda: not worker.spares())
+    messages, _ = worker.run("run-2")
+    started = next(m for m in messages if m["type"] == "started")
+    assert started["pid"] != spare
+    assert [m["code"] for m in messages if m["type"] == "exited"] == [0, 0]
+    assert len(_eventually(worker.spares)) == 1
+
+
+def test_the_spare_ends_with_the_worker(tmp_path: Path) -> None:
+    worker = Worker(tmp_path)
+    [spare] = _eventually(worker.spares)
+    worker.close()
+    assert _eventually(lambda: _gone(spare))
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie not yet reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
