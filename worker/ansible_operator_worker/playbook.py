@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, ansible_state, modules, payload_cache, process, protocol, task_forks
+from . import agent, ansible_state, modules, payload_cache, playbook_cli, process, protocol, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.
@@ -60,6 +60,8 @@ class Plan:
     #: The resolved `ansible-playbook` script, for `sys.argv[0]`.
     script: str = ""
     command: Command | None = None
+    #: Whether the run's settings are read as the worker read them (all but the per-run paths).
+    worker_settings: bool = False
 
 
 def understand(argv: Sequence[str]) -> Command | str:
@@ -127,7 +129,7 @@ def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str |
     with ansible_state.environment_of(dict(env), cwd or os.getcwd()):
         if worker.inputs is not None and ansible_state.inputs() == worker.inputs:
             ansible_state.reread_runtime_settings()
-            return Plan(True, script=script, command=command)
+            return Plan(True, script=script, command=command, worker_settings=True)
         ansible_state.reread_settings()
         run_settings = ansible_state.settings()
     unsafe = ansible_state.unsafe_differences(worker.settings, run_settings)
@@ -154,7 +156,7 @@ def install(worker: Worker, run_id: str, control_fd: int) -> None:
         protocol.send_fd(control_fd, {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason})
         if decided.warm and decided.command is not None:
             told, tell = os.pipe2(os.O_CLOEXEC)
-            kwargs["preexec_fn"] = _playbook_process(decided.script, decided.command, dict(env), tell)
+            kwargs["preexec_fn"] = _playbook_process(decided, dict(env), tell)
             try:
                 child = keeping_descriptor(original, tell)(command, args, **kwargs)
             finally:
@@ -268,9 +270,11 @@ def report_end(child: Any, run_id: str, control_fd: int) -> None:
     child.close = close_and_report
 
 
-def _playbook_process(script: str, command: Command, env: dict[str, str], tell: int) -> Callable[[], None]:
+def _playbook_process(plan: Plan, env: dict[str, str], tell: int) -> Callable[[], None]:
     """The function ptyprocess calls in its child where it would exec: it runs ansible-playbook in
     this process and never returns. Its exit status is told on `tell` (`take_told_status`)."""
+    script, command = plan.script, plan.command
+    assert command is not None
 
     def run() -> None:
         # Where exec would close them: the pipe ptyprocess watches to learn that exec happened,
@@ -292,6 +296,8 @@ def _playbook_process(script: str, command: Command, env: dict[str, str], tell: 
             ansible_state.fresh_process_state()
             modules.install()
             task_forks.install()
+            if plan.worker_settings:
+                playbook_cli.install()
             from ansible import constants
             from ansible.cli.playbook import main
 

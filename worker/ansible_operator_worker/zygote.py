@@ -30,6 +30,7 @@ from . import (
     parse_cache,
     payload_cache,
     playbook,
+    playbook_cli,
     plugin_settings,
     process,
     protocol,
@@ -139,6 +140,7 @@ def main() -> NoReturn:
     payload_cache.install(_cache_dir(".ansiballz"))
     jinja_misses.install()
     inputs = ansible_state.worker_inputs()
+    playbook_cli.build()
     plugin_settings.install()
     ansible_state.forget_worker_local_tmp()
     worker = playbook.Worker(
