@@ -269,7 +269,9 @@ pub async fn run(
     let exit = status?;
     let follow::Follower { outcome, mut output, transcript, .. } = follower;
     tree.root_exited();
-    drop(tree);
+    // Ending what the run left behind reads every process's parent link in /proc (a millisecond
+    // or more): done beside the run's report, not before it.
+    tokio::task::spawn_blocking(move || drop(tree));
     logger.finish(&outcome);
     if spec.ssh.is_some() {
         ssh::finish(&spec.dir, &spec.ident).await;
