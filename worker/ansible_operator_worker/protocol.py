@@ -33,12 +33,16 @@ class ProtocolError(Exception):
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
     """Sends one message."""
-    sock.send(json.dumps(message, separators=(",", ":")).encode())
+    sock.send(_encoded(message))
 
 
 def send_with_fds(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
     """Sends one message with file descriptors attached (a run request, to a spare run process)."""
-    socket.send_fds(sock, [json.dumps(message, separators=(",", ":")).encode()], fds)
+    socket.send_fds(sock, [_encoded(message)], fds)
+
+
+def _encoded(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
 
 
 def send_fd(fd: int, message: dict[str, Any]) -> None:
