@@ -223,6 +223,11 @@ def _versions() -> dict[str, str]:
     }
 
 
+#: What a spare answers when it has its run request, and how long the zygote waits for it.
+_TAKEN = b"taken"
+_HAND_OVER_TIMEOUT = 5.0
+
+
 @dataclass
 class Spare:
     """A run process forked ahead of its run (`run.spare`), waiting for it on `socket`."""
@@ -314,18 +319,24 @@ class Zygote:
             self.spare = self._fork_spare()
 
     def _hand_to_spare(self, message: dict[str, Any], fds: list[int]) -> int | None:
-        """The spare's pid once it has the run request; None when there is no spare to take it."""
+        """The spare's pid once it has said it took the run request; None when there is no spare,
+        or it did not take it (it died before or while it was handed over: its end may be a
+        moment after its socket last accepts a message)."""
         spare, self.spare = self.spare, None
         if spare is None:
             return None
         try:
             protocol.send_with_fds(spare.socket, message, fds)
+            spare.socket.settimeout(_HAND_OVER_TIMEOUT)
+            taken = spare.socket.recv(len(_TAKEN)) == _TAKEN
         except OSError:
+            taken = False
+        finally:
+            spare.socket.close()
+        if not taken:
             with contextlib.suppress(OSError):
                 os.kill(spare.pid, signal.SIGKILL)
             return None
-        finally:
-            spare.socket.close()
         return spare.pid
 
     def _fork_spare(self) -> Spare | None:
@@ -404,11 +415,14 @@ class Zygote:
 
 
 def _run_request(sock: socket.socket) -> run.Request | None:
-    """In a spare: its run request, or None when the zygote is gone or has no run for it."""
+    """In a spare: its run request, once it has told the zygote it took it; None when the zygote
+    is gone or has no run for it."""
     received = protocol.receive(sock)
-    sock.close()
     if received is None:
+        sock.close()
         return None
+    sock.send(_TAKEN)
+    sock.close()
     message, fds = received
     run_id, argv, env, cwd = protocol.run_request(message)
     return run_id, argv, env, cwd, fds[0], fds[1]

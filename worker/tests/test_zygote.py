@@ -22,7 +22,7 @@ class Worker:
         self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen([sys.executable, "-m", "ansible_operator_worker"], stdin=theirs, cwd=cwd)
         theirs.close()
-        self.socket.settimeout(60)
+        self.socket.settimeout(120)
         ready = self.receive()
         assert ready["type"] == "ready"
 
@@ -74,9 +74,9 @@ def _eventually(check: Any, timeout: float = 10) -> Any:
         time.sleep(0.02)
 
 
-@pytest.fixture
-def worker(tmp_path: Path) -> Iterator[Worker]:
-    started = Worker(tmp_path)
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    started = Worker(tmp_path_factory.mktemp("worker"))
     try:
         yield started
     finally:
@@ -96,14 +96,16 @@ def test_a_run_is_served_by_the_process_forked_before_it_and_the_next_one_is_for
     assert next_spare != spare
 
 
-def test_after_a_spare_dies_the_next_run_is_forked_when_asked(worker: Worker) -> None:
-    [spare] = _eventually(worker.spares)
-    os.kill(spare, signal.SIGKILL)
-    assert _eventually(lambda: not worker.spares())
-    messages, _ = worker.run("run-2")
-    started = next(m for m in messages if m["type"] == "started")
-    assert started["pid"] != spare
-    assert [m["code"] for m in messages if m["type"] == "exited"] == [0, 0]
+def test_a_run_asked_for_as_its_spare_dies_is_forked_when_asked(worker: Worker) -> None:
+    # Killed at once before the request: the spare is gone, being reaped, or still taking its
+    # socket down (its memory goes first) when the request comes, which it then never takes.
+    for attempt in range(5):
+        [spare] = _eventually(worker.spares)
+        os.kill(spare, signal.SIGKILL)
+        messages, _ = worker.run(f"run-{attempt}")
+        started = next(m for m in messages if m["type"] == "started")
+        assert started["pid"] != spare
+        assert [m["code"] for m in messages if m["type"] == "exited"] == [0, 0]
     assert len(_eventually(worker.spares)) == 1
 
 
