@@ -299,10 +299,8 @@ class Zygote:
             return
         pid = self._hand_to_spare(message, fds)
         if pid is None:
-            for stream in (sys.stdout, sys.stderr):
-                stream.flush()
             try:
-                pid = os.fork()
+                pid = _fork()
             except OSError as error:
                 for fd in fds:
                     os.close(fd)
@@ -342,10 +340,8 @@ class Zygote:
     def _fork_spare(self) -> Spare | None:
         """Forks the next run's process; None when it cannot (runs are then forked when asked)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
         try:
-            pid = os.fork()
+            pid = _fork()
         except OSError:
             ours.close()
             theirs.close()
@@ -412,6 +408,13 @@ class Zygote:
         while self.runs and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.05)
+
+
+def _fork() -> int:
+    """`os.fork()`, with this process's buffered output written first so no child repeats it."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    return os.fork()
 
 
 def _run_request(sock: socket.socket) -> run.Request | None:
