@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 from . import (
     ansible_state,
+    collection_loader,
     event_files,
     files,
     jinja_misses,
@@ -56,6 +57,8 @@ PRELOAD = (
     "ansible.executor.task_executor",
     "ansible.executor.process.worker",
     "ansible.executor.module_common",
+    "ansible.modules",
+    "ansible.playbook.handler_task_include",
     "ansible.playbook.play",
     "ansible.playbook.role",
     "ansible.template",
@@ -111,6 +114,7 @@ PRELOAD = (
     "jsonpatch",
     "json",
     "locale",
+    "multiprocessing.popen_fork",
     "selectors",
     "shlex",
     "runpy",
@@ -132,6 +136,7 @@ def main() -> NoReturn:
     _add_runner_environment()
     lazy_kubernetes.install()
     missing = _preload()
+    collection_loader.install()
     runner_cli.build()
     event_files.install()
     parse_cache.install()
