@@ -197,6 +197,7 @@ def _preload() -> list[str]:
         except ImportError:
             missing.append(name)
     _preload_jinja_plugins()
+    _compile_inventory_patterns()
     return missing
 
 
@@ -216,6 +217,17 @@ def _preload_jinja_plugins() -> None:
             pass
         finally:
             loader._clear_caches()
+
+
+def _compile_inventory_patterns() -> None:
+    """The ini inventory plugin (the operator's own inventory is ini) compiles its patterns at each
+    parse; compiled here, every run finds them in Python's cache of compiled patterns."""
+    try:
+        from ansible.plugins.inventory.ini import InventoryModule
+
+        InventoryModule()._compile_patterns()
+    except Exception:  # noqa: BLE001 - a run compiles them itself
+        pass
 
 
 def _versions() -> dict[str, str]:

@@ -124,3 +124,18 @@ def _gone(pid: int) -> bool:
     except OSError:
         return True
 
+
+
+def test_the_ini_inventory_patterns_compiled_in_the_worker_are_not_compiled_again_by_a_parse() -> None:
+    import re
+
+    from ansible.plugins.inventory.ini import InventoryModule
+
+    from ansible_operator_worker import zygote
+
+    re.purge()
+    zygote._compile_inventory_patterns()
+    compiled = len(re._cache)  # type: ignore[attr-defined]
+    assert compiled > 0
+    InventoryModule()._compile_patterns()
+    assert len(re._cache) == compiled  # type: ignore[attr-defined]
