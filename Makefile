@@ -107,8 +107,9 @@ lint: ## rustfmt and clippy, warnings are errors
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 
-test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm and cold executors, then the newer toolchain's slice
+test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain
 	status=0; \
+	echo "make test: $$(date +%T): installed and linted; the cluster, its hosts, the image and the test lanes follow"; \
 	trap 'hack/test-hosts.sh down; hack/local-cluster.sh down' EXIT; \
 	hack/local-cluster.sh up; \
 	hack/test-hosts.sh up; \
@@ -118,8 +119,7 @@ test: install install-ansible-next install-browser lint ## Everything: unit, Pyt
 		$(MAKE) --no-print-directory docker-build; \
 	fi; \
 	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh warm || status=$$?; \
-	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold || status=$$?; \
-	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh next || status=$$?; \
+	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold next || status=$$?; \
 	exit $$status
 
 test-rust: ## Rust unit and integration tests, one after another (uses KUBECONFIG, or starts the local cluster)
