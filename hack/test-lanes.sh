@@ -8,8 +8,10 @@
 #
 #   hack/test-lanes.sh warm        every test binary, operators on the warm executor (the default)
 #   hack/test-lanes.sh cold        a slice with ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold: what the
-#                                  executor hands Ansible and gets back (samples, SSH runs, extra vars
-#                                  and inventories, finalizers, faults, masking, status, requeue, plan).
+#                                  executor hands Ansible and gets back, and how its runs end (samples,
+#                                  SSH runs, extra vars and inventories, playbooks and roles,
+#                                  finalizers, faults, shutdown, masking, status, requeue, metrics,
+#                                  plan).
 #                                  The rest cannot tell the executors apart: both give the same
 #                                  started run to everything downstream (src/executor/mod.rs)
 #   hack/test-lanes.sh next        the newer toolchain's slice (.venv-2.19): samples, SSH runs,
@@ -112,8 +114,8 @@ for pass in "${passes[@]}"; do
     cold)
       add_lanes cold \
         "--test ssh --test security_inventory" \
-        "--test core --test samples --test finalizers --test extra_vars --test security_vars --test plan" \
-        "--test faults --test secrets_masked --test status_and_filters --test requeue"
+        "--test core --test samples --test finalizers --test extra_vars --test security_vars --test modes --test plan" \
+        "--test faults --test operations --test secrets_masked --test status_and_filters --test requeue --test endpoints"
       ;;
     next)
       add_lanes next \

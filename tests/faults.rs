@@ -57,6 +57,20 @@ async fn wait_for_timeout(api: &Api<DynamicObject>, name: &str) -> DynamicObject
     .await
 }
 
+/// The run timeout these tests set, in seconds: a cold run starts its own Python and Ansible, which
+/// beside the other test lanes on two cores can take more than 10 s to reach its first task.
+fn run_timeout() -> u64 {
+    match std::env::var("ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR").as_deref() {
+        Ok("cold") => 30,
+        _ => 10,
+    }
+}
+
+/// The `Failure` message of a run timed out in the hanging task.
+fn timed_out_in_hang() -> String {
+    format!("run timed out after {}s while running task \"hang forever\"", run_timeout())
+}
+
 fn failure_message(object: &DynamicObject) -> String {
     let failure = support::condition(object, "Failure").cloned().unwrap_or_default();
     failure["message"].as_str().unwrap_or_default().to_string()
@@ -130,7 +144,7 @@ async fn wait_for_record(
 async fn a_hung_run_times_out_with_its_task_named_leaves_nothing_running_and_is_retried() {
     let Test { client, ns, api } = Test::setup("fault-hung").kind(GROUP, KIND).run_records().build().await;
     let markers = markers(&ns.name);
-    let watches = watch(&markers, "  runTimeout: 10s\n");
+    let watches = watch(&markers, &format!("  runTimeout: {}s\n", run_timeout()));
     let operator = OperatorConfig::new(&watches, &ns.name).start();
 
     let cr = support::create_cr(&api, GROUP, KIND, "stuck", json!({})).await;
@@ -140,14 +154,14 @@ async fn a_hung_run_times_out_with_its_task_named_leaves_nothing_running_and_is_
     assert!(!processes.contains(&operator.pid()));
 
     let failed = wait_for_timeout(&api, "stuck").await;
-    assert_eq!(failure_message(&failed), "run timed out after 10s while running task \"hang forever\"");
+    assert_eq!(failure_message(&failed), timed_out_in_hang());
     wait_until_ended("the timed-out run's processes to end", &processes, Duration::from_secs(10)).await;
 
     let retried = wait_for_sleeps(&markers, "stuck", 2).await;
     assert_ne!(retried[1], first, "a new run reached the task again");
 
     let record = wait_for_record(&client, &ns.name, &cr, "TimedOut").await;
-    assert_eq!(record.data["spec"]["message"], "run timed out after 10s while running task \"hang forever\"");
+    assert_eq!(record.data["spec"]["message"], timed_out_in_hang().as_str());
     assert_eq!(record.labels().get("ansible-operator.dev/result").map(String::as_str), Some("TimedOut"));
 }
 
@@ -156,7 +170,8 @@ async fn a_timed_out_finalizer_keeps_the_finalizer_and_is_retried() {
     let Test { client: _, ns, api } = Test::setup("fault-finalizer").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let finalizer = format!(
-        "    hang: false\n  runTimeout: 10s\n  finalizer:\n    name: {FINALIZER}\n    vars:\n      hang: true\n"
+        "    hang: false\n  runTimeout: {}s\n  finalizer:\n    name: {FINALIZER}\n    vars:\n      hang: true\n",
+        run_timeout()
     );
     let watches = watch(&markers, &finalizer);
     let operator = OperatorConfig::new(&watches, &ns.name).start();
@@ -168,7 +183,7 @@ async fn a_timed_out_finalizer_keeps_the_finalizer_and_is_retried() {
 
     api.delete("undying", &DeleteParams::default()).await.unwrap();
     let failed = wait_for_timeout(&api, "undying").await;
-    assert_eq!(failure_message(&failed), "run timed out after 10s while running task \"hang forever\"");
+    assert_eq!(failure_message(&failed), timed_out_in_hang());
     assert!(failed.metadata.deletion_timestamp.is_some());
     assert_eq!(failed.finalizers(), [FINALIZER], "kept after a timed-out finalizer run");
 
@@ -187,11 +202,12 @@ async fn the_run_timeout_flag_applies_to_watches_without_their_own() {
     let Test { client: _, ns, api } = Test::setup("fault-flag").kind(GROUP, KIND).build().await;
     let markers = markers(&ns.name);
     let watches = watch(&markers, "");
-    let _operator = OperatorConfig::new(&watches, &ns.name).arg("--ansible-run-timeout=8s").start();
+    let flag = format!("--ansible-run-timeout={}s", run_timeout());
+    let _operator = OperatorConfig::new(&watches, &ns.name).arg(flag).start();
 
     support::create_cr(&api, GROUP, KIND, "flagged", json!({})).await;
     let failed = wait_for_timeout(&api, "flagged").await;
-    assert_eq!(failure_message(&failed), "run timed out after 8s while running task \"hang forever\"");
+    assert_eq!(failure_message(&failed), timed_out_in_hang());
     assert_eq!(sleeps(&markers, "flagged").len(), 1, "one run reached the task before the timeout");
 }
 

@@ -138,6 +138,24 @@ impl Drop for Deployed {
         if std::thread::panicking() {
             let log = kubectl(["-n", PROJECT_NAMESPACE, "logs", &format!("deployment/{DEPLOYMENT}")]);
             eprintln!("---- the project's operator log ----\n{}", String::from_utf8_lossy(&log.stdout));
+            // A container that restarted: what it said last, and how it ended.
+            let deployment = format!("deployment/{DEPLOYMENT}");
+            let previous = kubectl(["-n", PROJECT_NAMESPACE, "logs", &deployment, "--previous", "--tail=80"]);
+            if previous.status.success() {
+                let ended = kubectl([
+                    "-n",
+                    PROJECT_NAMESPACE,
+                    "get",
+                    "pods",
+                    "-o",
+                    "jsonpath={.items[*].status.containerStatuses[*].lastState}",
+                ]);
+                eprintln!(
+                    "---- its log before the last restart ----\n{}\n---- how that container ended ----\n{}",
+                    String::from_utf8_lossy(&previous.stdout),
+                    String::from_utf8_lossy(&ended.stdout)
+                );
+            }
         }
         // The operator first, so that nothing adds a finalizer back; then the CRs' finalizers go,
         // or deleting the CRD would wait for them for ever.
