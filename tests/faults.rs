@@ -437,8 +437,14 @@ async fn an_api_server_outage_mid_run_is_survived_without_overlapping_runs() {
         Ok(if runs().contains("start") { Ok(()) } else { Err("no run yet".to_string()) })
     })
     .await;
+    // The outage lasts at least 15 s, and until the first run has ended cut off: on loaded cores a
+    // run can take longer than that to reach its API call.
     relay.cut();
     tokio::time::sleep(Duration::from_secs(15)).await;
+    support::wait_for("the first run to end, cut off", WAIT, || async {
+        Ok(if runs().contains("end") { Ok(()) } else { Err("the first run still runs".to_string()) })
+    })
+    .await;
     relay.restore();
 
     support::wait_for_condition(&api, "through", "Successful", "True", WAIT).await;
