@@ -31,8 +31,9 @@ const MARKER: &str = "installed by the project image";
 const LOAD: usize = 50;
 const MEMORY_LIMIT: u64 = 768 * 1024 * 1024;
 const WAIT: Duration = Duration::from_secs(240);
-/// The LOAD CRs' runs share the operator's 500m CPU limit (and, in `make test`, two cores with the
-/// other lanes): minutes, not seconds.
+/// The LOAD CRs' runs share the operator's 500m CPU limit: minutes, not seconds. (`make test` runs
+/// this test after the other lanes, by itself: beside them the operator missed its leader renew
+/// deadline.)
 const LOAD_WAIT: Duration = Duration::from_secs(900);
 
 /// The base image the project builds FROM: `BASE_IMG`, as `make docker-build-base` names it.
