@@ -70,11 +70,9 @@ add_lanes() {
         lane+="${lane:+;}$pass:$step"
       fi
     done
-    if [[ -z $lane ]]; then
-      :
-    elif ((first)) && ((${#lanes[@]})); then
+    if [[ -n $lane ]] && ((first && ${#lanes[@]})); then
       lanes[0]+=";$lane"
-    else
+    elif [[ -n $lane ]]; then
       lanes+=("$lane")
     fi
     first=0
@@ -200,22 +198,11 @@ report_progress "${names[@]}" &
 reporter=$!
 trap 'kill "$reporter" 2>/dev/null || true' EXIT
 
-declare -A running
-for i in "${!lanes[@]}"; do
-  name="$label-$i"
-  run_lane "${lanes[$i]}" "$logs/$name.log" &
-  running[$!]=$name
-  echo "test-lanes: $(date +%T) $name: ${lanes[$i]}"
-done
-
 # Each lane's end as it happens, so a log cut short still shows what ended when.
 failed=()
 ended=()
-while ((${#running[@]})); do
-  code=0
-  wait -n -p pid "${!running[@]}" || code=$?
-  name=${running[$pid]}
-  unset "running[$pid]"
+lane_ended() {
+  local name=$1 code=$2
   ended+=("$name")
   if ((code)); then
     failed+=("$name")
@@ -223,16 +210,25 @@ while ((${#running[@]})); do
   else
     echo "test-lanes: $(date +%T) $name passed at $SECONDS s"
   fi
+}
+
+declare -A running
+for i in "${!lanes[@]}"; do
+  run_lane "${lanes[$i]}" "$logs/${names[i]}.log" &
+  running[$!]=${names[i]}
+  echo "test-lanes: $(date +%T) ${names[i]}: ${lanes[$i]}"
+done
+while ((${#running[@]})); do
+  code=0
+  wait -n -p pid "${!running[@]}" || code=$?
+  lane_ended "${running[$pid]}" "$code"
+  unset "running[$pid]"
 done
 if [[ -n "$alone" ]]; then
   echo "test-lanes: $(date +%T) $label-alone: $alone"
-  if run_lane "$alone" "$logs/$label-alone.log"; then
-    echo "test-lanes: $(date +%T) $label-alone passed at $SECONDS s"
-  else
-    failed+=("$label-alone")
-    echo "test-lanes: $(date +%T) $label-alone FAILED at $SECONDS s"
-  fi
-  ended+=("$label-alone")
+  code=0
+  run_lane "$alone" "$logs/$label-alone.log" || code=$?
+  lane_ended "$label-alone" "$code"
 fi
 for name in "${ended[@]}"; do
   grep -hE '^test result|^[0-9]+ passed|[0-9]+ failed|^lane took' "$logs/$name.log" | sed "s/^/  $name: /" || true

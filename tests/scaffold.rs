@@ -137,10 +137,10 @@ impl Drop for Deployed {
             return;
         }
         if std::thread::panicking() {
-            let log = kubectl(["-n", PROJECT_NAMESPACE, "logs", &format!("deployment/{DEPLOYMENT}")]);
+            let deployment = format!("deployment/{DEPLOYMENT}");
+            let log = kubectl(["-n", PROJECT_NAMESPACE, "logs", &deployment]);
             eprintln!("---- the project's operator log ----\n{}", String::from_utf8_lossy(&log.stdout));
             // A container that restarted: what it said last, and how it ended.
-            let deployment = format!("deployment/{DEPLOYMENT}");
             let previous = kubectl(["-n", PROJECT_NAMESPACE, "logs", &deployment, "--previous", "--tail=80"]);
             if previous.status.success() {
                 let ended = kubectl([
