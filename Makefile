@@ -26,15 +26,13 @@ IMG ?= ansible-operator:dev
 BASE_IMG ?= localhost/ansible-operator-base:dev
 # kubectl's cluster for deploy/undeploy: KUBECONFIG when set, else the local cluster.
 DEPLOY_KUBECONFIG := $(or $(KUBECONFIG),$(LOCAL_KUBECONFIG))
-# Tests that need a running Pod: whole test binaries, and single tests of other binaries.
-export NODE_TEST_BINARIES := in_cluster node pod_modules scaffold
+# Tests that need a running Pod: whole modules of the test suite (tests/*.rs), and single tests of others.
+export NODE_TEST_MODULES := in_cluster node pod_modules scaffold
 export NODE_TEST_SKIPS := --skip memcached_role --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
 ifeq ($(NODE),0)
-TEST_TARGETS := --lib --bins $(foreach t,$(filter-out $(NODE_TEST_BINARIES),$(basename $(notdir $(wildcard tests/*.rs)))),--test $(t))
-TEST_FILTERS := -- $(NODE_TEST_SKIPS)
+TEST_FILTERS := -- $(NODE_TEST_SKIPS) $(foreach t,$(NODE_TEST_MODULES),--skip $(t)::)
 INSTALL_NODE :=
 else
-TEST_TARGETS := --all-targets
 TEST_FILTERS :=
 INSTALL_NODE := install-node
 endif
@@ -110,20 +108,23 @@ lint: ## rustfmt and clippy, warnings are errors
 test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain
 	status=0; \
 	echo "make test: $$(date +%T): installed and linted; the cluster, its hosts, the image and the test lanes follow"; \
-	trap 'hack/test-hosts.sh down; hack/local-cluster.sh down' EXIT; \
+	mkdir -p target/test-lanes; \
+	trap '{ hack/test-hosts.sh down; hack/local-cluster.sh down; } >target/test-lanes/teardown.log 2>&1; \
+		echo "make test: $$(date +%T): stopped the cluster and its hosts (target/test-lanes/teardown.log)"' EXIT; \
 	hack/local-cluster.sh up; \
 	hack/test-hosts.sh up; \
 	if [[ "$(NODE)" == 0 ]]; then \
-		echo "make test: NODE=0: leaving out tests/{$(subst $(eval) ,$(comma),$(NODE_TEST_BINARIES))}.rs and $(NODE_TEST_SKIPS): they need a running Pod"; \
+		echo "make test: NODE=0: leaving out tests/{$(subst $(eval) ,$(comma),$(NODE_TEST_MODULES))}.rs and $(NODE_TEST_SKIPS): they need a running Pod"; \
 	else \
 		$(MAKE) --no-print-directory docker-build; \
 	fi; \
+	echo "make test: $$(date +%T): the cluster, its hosts and the image are ready"; \
 	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh warm || status=$$?; \
 	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold next || status=$$?; \
 	exit $$status
 
 test-rust: ## Rust unit and integration tests, one after another (uses KUBECONFIG, or starts the local cluster)
-	cargo test $(TEST_TARGETS) --no-fail-fast $(TEST_FILTERS)
+	cargo test --all-targets --no-fail-fast $(TEST_FILTERS)
 
 test-python: ## The operator_sdk.util collection's and the warm worker's Python tests (needs KUBECONFIG)
 	.venv/bin/python -m pytest tests/collection worker/tests -q

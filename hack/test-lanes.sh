@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs the Rust test suite against the local control plane in parallel lanes: test binaries that
-# share nothing run side by side (each integration test uses its own namespace); the ones that share
-# the SSH test hosts run one after another in the first lane of each pass; a test that changes what
-# every other test relies on (tests/in_cluster.rs: `make undeploy` deletes the sample CRDs) runs by
-# itself after the lanes, as do sharding, the KubernetesCluster test and the scaffold test (warm pass
-# only). Builds the tests once first.
+# Runs the test suite against the local control plane in parallel lanes: the modules of the one
+# integration test binary (tests/suite.rs; a module is a file, tests/<module>.rs), the unit tests and
+# the Python tests. Modules that share nothing run side by side (each integration test uses its own
+# namespace); the ones that share the SSH test hosts run one after another in the first lane of each
+# pass; a test that changes what every other test relies on (tests/in_cluster.rs: `make undeploy`
+# deletes the sample CRDs) runs by itself after the lanes, as do sharding, the KubernetesCluster test
+# and the scaffold test (warm pass only). Builds the tests once first.
 #
-#   hack/test-lanes.sh warm        every test binary, operators on the warm executor (the default)
+#   hack/test-lanes.sh warm        every module, operators on the warm executor (the default)
 #   hack/test-lanes.sh cold        a slice with ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold: what the
 #                                  executor hands Ansible and gets back, and how its runs end (samples,
 #                                  SSH runs, extra vars and inventories, playbooks and roles,
@@ -20,11 +21,12 @@
 #   hack/test-lanes.sh cold next   several passes at once: their SSH lanes become one lane, the other
 #                                  lanes run side by side (what `make test` runs after the warm pass)
 #
-# Every lane's end is printed as it happens, and every 10 minutes the test binary each running lane
-# is at: a log cut short (a CI time limit) still shows where the time went.
+# Every lane's end is printed as it happens, and every 10 minutes (and when the script is stopped)
+# the module each running lane is at: a log cut short (a CI time limit) still shows where the time
+# went. Each lane's log has each unit's time.
 # Logs: target/test-lanes/<passes>-<lane>.log; a failing lane's log is printed in full at the end.
 # Needs KUBECONFIG (the Makefile's `test` target sets it and starts the cluster and hosts). With
-# NODE=0 (a control plane without a node) the test binaries in NODE_TEST_BINARIES and the tests in
+# NODE=0 (a control plane without a node) the modules in NODE_TEST_MODULES and the tests in
 # NODE_TEST_SKIPS (`--skip name` ...) are left out: they need a running Pod (both set by the Makefile).
 set -euo pipefail
 
@@ -36,42 +38,37 @@ logs="$repo/target/test-lanes"
 mkdir -p "$logs"
 cd "$repo"
 
-# A lane's cargo arguments without the tests that need a Pod when there is no node.
+# A lane's units without the tests that need a Pod when there is no node.
 without_node_tests() {
-  local -a words=($1) kept=()
-  local i
-  for ((i = 0; i < ${#words[@]}; i++)); do
-    if [[ ${words[i]} == --test && " ${NODE_TEST_BINARIES:?} " == *" ${words[i + 1]} "* ]]; then
-      ((i += 1))
-    else
-      kept+=("${words[i]}")
+  local unit kept=()
+  for unit in $1; do
+    if [[ " ${NODE_TEST_MODULES:?} " != *" ${unit%%::*} "* ]]; then
+      kept+=("$unit")
     fi
   done
   echo "${kept[*]}"
 }
 
-# Lanes: each is a list of steps, `<pass>:<cargo test arguments or python>`, separated by `;` and
-# run in order; lanes run at the same time. A pass's first lane holds its tests of the SSH test
-# hosts: with several passes, those are one lane. `alone` runs after every lane has ended.
+# Lanes: each is a list of units, `<pass>:<unit>` separated by spaces and run in order; lanes run at
+# the same time. A unit is `lib` (the unit tests), `python` (the Python tests), a module of the test
+# suite (`core`: tests/core.rs, see tests/suite.rs) or the tests of a module whose names start with a
+# prefix (`toolchain::version_reports`). A pass's first lane holds its tests of the SSH test hosts:
+# with several passes, those are one lane. `alone` runs after every lane has ended.
 lanes=()
 alone=""
 add_lanes() {
-  local pass=$1 first=1 spec step lane
-  local -a steps
+  local pass=$1 first=1 spec unit lane
   shift
   for spec in "$@"; do
+    if [[ ${NODE:-1} == 0 ]]; then
+      spec=$(without_node_tests "$spec")
+    fi
     lane=""
-    IFS=';' read -ra steps <<<"$spec"
-    for step in "${steps[@]}"; do
-      if [[ ${NODE:-1} == 0 ]]; then
-        step=$(without_node_tests "$step")
-      fi
-      if [[ -n $step ]]; then
-        lane+="${lane:+;}$pass:$step"
-      fi
+    for unit in $spec; do
+      lane+="${lane:+ }$pass:$unit"
     done
     if [[ -n $lane ]] && ((first && ${#lanes[@]})); then
-      lanes[0]+=";$lane"
+      lanes[0]+=" $lane"
     elif [[ -n $lane ]]; then
       lanes+=("$lane")
     fi
@@ -83,10 +80,10 @@ for pass in "${passes[@]}"; do
   case "$pass" in
     warm)
       warm=(
-        "--lib --bins --test module_graph --test ssh --test security_inventory --test etcd_cluster --test etcd_restore"
-        "--test operations --test deploy_manifests --test proxy --test ownership --test leader --test endpoints --test node --test pod_modules"
-        "--test executor --test core --test extra_vars --test security_vars --test finalizers --test modes --test requeue --test samples --test status_and_filters --test toolchain --test watches_errors --test harness --test faults --test pause --test ready_conditions --test read_set --test admission"
-        "--test history --test events --test api --test console --test storm --test startup_resync --test security_access --test replay --test secrets_masked --test plan"
+        "lib module_graph ssh security_inventory etcd_cluster etcd_restore"
+        "operations deploy_manifests proxy ownership leader endpoints node pod_modules"
+        "executor core extra_vars security_vars finalizers modes requeue samples status_and_filters toolchain watches_errors harness faults pause ready_conditions read_set admission"
+        "history events api console storm startup_resync security_access replay secrets_masked plan"
         "python"
       )
       # After the lanes, by themselves: `make undeploy` deletes the sample CRDs, and with them every
@@ -96,11 +93,17 @@ for pass in "${passes[@]}"; do
       # it took 22 minutes and slowed them all, by itself it takes 6 or 7; scaffold's operator Pod,
       # held to the project's 500m CPU, missed its leader renew deadline beside the lanes (the
       # API server's answer took over 8 s to reach it) and restarted: by itself it takes 5 minutes.
-      by_itself="--test in_cluster --test sharding --test kubernetes_cluster --test scaffold"
-      # Every test binary runs in the warm pass: a new tests/*.rs missing from the lanes fails here.
+      by_itself="in_cluster sharding kubernetes_cluster scaffold"
+      # Every test file is a module of the suite and runs in the warm pass: a new tests/*.rs missing
+      # from either fails here.
       for file in tests/*.rs; do
         name=$(basename "$file" .rs)
-        if [[ " ${warm[*]} $by_itself " != *" --test $name "* ]]; then
+        if [[ $name == suite ]]; then
+          continue
+        elif ! grep -qx "mod $name;" tests/suite.rs; then
+          echo "test-lanes: tests/$name.rs is not a module of tests/suite.rs: add \`mod $name;\` there" >&2
+          exit 2
+        elif [[ " ${warm[*]} $by_itself " != *" $name "* ]]; then
           echo "test-lanes: tests/$name.rs is in no lane of the warm pass: add it to hack/test-lanes.sh" >&2
           exit 2
         fi
@@ -109,19 +112,20 @@ for pass in "${passes[@]}"; do
       if [[ ${NODE:-1} == 0 ]]; then
         by_itself=$(without_node_tests "$by_itself")
       fi
-      alone="warm:$by_itself"
+      alone=$(for unit in $by_itself; do echo -n "warm:$unit "; done)
+      alone=${alone% }
       ;;
     cold)
       add_lanes cold \
-        "--test ssh --test security_inventory" \
-        "--test core --test samples --test finalizers --test extra_vars --test security_vars --test modes --test plan" \
-        "--test faults --test operations --test secrets_masked --test status_and_filters --test requeue --test endpoints"
+        "ssh security_inventory" \
+        "core samples finalizers extra_vars security_vars modes plan" \
+        "faults operations secrets_masked status_and_filters requeue endpoints"
       ;;
     next)
       add_lanes next \
-        "--test ssh --test security_inventory --test samples --test pod_modules" \
-        "--test finalizers --test status_and_filters --test requeue --test executor" \
-        "--test toolchain version_reports;--test extra_vars" \
+        "ssh security_inventory samples pod_modules" \
+        "finalizers status_and_filters requeue executor" \
+        "toolchain::version_reports extra_vars" \
         "python"
       ;;
     *)
@@ -131,18 +135,19 @@ for pass in "${passes[@]}"; do
   esac
 done
 if [[ ${NODE:-1} == 0 ]]; then
-  skips=(-- ${NODE_TEST_SKIPS:?})
+  read -ra skips <<<"${NODE_TEST_SKIPS:?}"
 else
   skips=()
 fi
 
-echo "test-lanes: building the tests"
+echo "test-lanes: $(date +%T) building the tests"
 hack/cargo-target.sh
 cargo test --no-run --all-targets --quiet
+echo "test-lanes: $(date +%T) built the tests"
 
-# One step of a lane: the pass chooses the executor or the toolchain.
-run_step() {
-  local pass=${1%%:*} spec=${1#*:} venv=.venv
+# One unit of a lane: the pass chooses the executor or the toolchain.
+run_unit() {
+  local pass=${1%%:*} unit=${1#*:} venv=.venv filter
   case "$pass" in
     cold) export ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold ;;
     next)
@@ -150,37 +155,39 @@ run_step() {
       venv=.venv-2.19
       ;;
   esac
-  echo "test-lanes: $(date +%T) $pass: $spec"
-  case "$spec" in
+  echo "test-lanes: $(date +%T) $pass: $unit"
+  case "$unit" in
     python) "$venv/bin/python" -m pytest tests/collection worker/tests -q ;;
-    # shellcheck disable=SC2086 # the step is a list of cargo arguments
-    *) cargo test --no-fail-fast $spec "${skips[@]}" ;;
+    lib) cargo test --no-fail-fast --lib --bins -- "${skips[@]}" ;;
+    *)
+      filter=$unit
+      [[ $filter == *::* ]] || filter+="::"
+      cargo test --no-fail-fast --test suite -- "$filter" "${skips[@]}"
+      ;;
   esac
 }
 
 run_lane() {
-  local lane=$1 log=$2 start=$SECONDS status=0 step
-  local -a steps
-  IFS=';' read -ra steps <<<"$lane"
-  for step in "${steps[@]}"; do
-    (run_step "$step") >>"$log" 2>&1 || status=$?
+  local lane=$1 log=$2 start=$SECONDS status=0 unit began
+  for unit in $lane; do
+    began=$SECONDS
+    (run_unit "$unit") >>"$log" 2>&1 || status=$?
+    echo "test-lanes: $unit took $((SECONDS - began)) s" >>"$log"
   done
   echo "lane took $((SECONDS - start)) s" >>"$log"
   return "$status"
 }
 
-# Every 10 minutes, the test binary each lane that runs is at.
-report_progress() {
+# Where each lane that has not ended is: its unit, and since when.
+lanes_at() {
   local name log at
-  while sleep 600; do
-    for name in "$@"; do
-      log="$logs/$name.log"
-      if [[ -s $log ]] && ! grep -q '^lane took' "$log"; then
-        at=$(grep -oE 'Running (tests/[a-z_]+\.rs|unittests [^ ]+)|: python$' "$log" | tail -1 || true)
-        at=${at#Running }
-        echo "test-lanes: $(date +%T) $name is running ${at/#: python/the Python tests}"
-      fi
-    done
+  for name in "$@"; do
+    log="$logs/$name.log"
+    if [[ -s $log ]] && ! grep -q '^lane took' "$log"; then
+      at=$(grep -E '^test-lanes: [0-9:]+ [a-z]+: ' "$log" | tail -1 || true)
+      read -r _ since unit <<<"$at"
+      echo "test-lanes: $(date +%T) $name is at ${unit:-its start} (since ${since:-?})"
+    fi
   done
 }
 
@@ -194,9 +201,22 @@ fi
 for name in "${names[@]}"; do
   : >"$logs/$name.log"
 done
+# Every 10 minutes, and when stopped (a CI time limit), where each running lane is. The reporter
+# ends its sleep when it ends: a sleep left behind would hold the output open for 10 minutes.
+report_progress() {
+  local sleeper
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  while true; do
+    sleep 600 &
+    sleeper=$!
+    wait "$sleeper"
+    lanes_at "$@"
+  done
+}
 report_progress "${names[@]}" &
 reporter=$!
 trap 'kill "$reporter" 2>/dev/null || true' EXIT
+trap 'echo "test-lanes: $(date +%T) stopped at $SECONDS s"; lanes_at "${names[@]}"; exit 143' TERM INT
 
 # Each lane's end as it happens, so a log cut short still shows what ended when.
 failed=()
@@ -230,8 +250,18 @@ if [[ -n "$alone" ]]; then
   run_lane "$alone" "$logs/$label-alone.log" || code=$?
   lane_ended "$label-alone" "$code"
 fi
+# Per lane: its tests passed and failed, and its time.
 for name in "${ended[@]}"; do
-  grep -hE '^test result|^[0-9]+ passed|[0-9]+ failed|^lane took' "$logs/$name.log" | sed "s/^/  $name: /" || true
+  awk -v name="$name" '
+    /^test result|^[0-9]+ (passed|failed)/ {
+      for (i = 1; i < NF; i++) {
+        if ($(i + 1) ~ /^passed/) passed += $i
+        if ($(i + 1) ~ /^failed/) failed += $i
+      }
+    }
+    /^lane took/ { took = $3 }
+    END { printf "  %s: %d passed, %d failed, %d s\n", name, passed, failed, took }
+  ' "$logs/$name.log"
 done
 if ((${#failed[@]})); then
   for name in "${failed[@]}"; do

@@ -3,7 +3,7 @@
 //! of a CR its playbook fails is refused with the playbook's message, a valid one is created; with
 //! the operator stopped, `validateFailurePolicy: Fail` refuses and `Ignore` lets a CR through.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! run's log needs `get` on `<plural>/log` besides `get` on the CR; a running playbook's log arrives
 //! live before the run ends; a reconcile request starts a run whose record says who asked.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! and press "Plan" to see what it would do. Screenshots go to target/test-output/console/ for a reviewer to
 //! look at.
 
-mod support;
+use crate::support;
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

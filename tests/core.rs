@@ -1,6 +1,6 @@
 //! The core loop against the real API server and real ansible-runner: CR in, status out.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

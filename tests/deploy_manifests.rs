@@ -5,7 +5,7 @@
 //! ServiceAccount it grants.
 //! Also a static check of the `Dockerfile`; `tests/in_cluster.rs` runs the image it builds.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,6 +1,6 @@
 //! What an operator exposes to the cluster around it: metrics, user metrics, probes, leadership.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! over SSH on real sshd test hosts, planned (check mode: what adding a host would run), grown,
 //! shrunk, upgraded and uninstalled through its CR.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

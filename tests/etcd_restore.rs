@@ -3,7 +3,7 @@
 //! is snapshotted, written to, and restored to the snapshot, while the EtcdCluster's own failover
 //! runs every few seconds.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! Event), the `LeaderElection` Event on the Lease, and an operator whose RBAC has neither events
 //! nor run records (upstream's scaffold grants neither): it warns once for each and runs on.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

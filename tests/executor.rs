@@ -2,7 +2,7 @@
 //! playbooks give the same job events, artifacts, status and extra vars; runs share nothing; a
 //! worker that dies fails its runs clearly and comes back; cancelled runs leave nothing behind.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! What a playbook receives as extra vars, observed from inside a real Ansible run: the playbook
 //! records the variables it sees in a ConfigMap and the tests compare keys and values.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! task, the run history says `TimedOut`, and the CR is retried; a timed-out finalizer stays. An
 //! operator SIGKILLed mid-run leaves its run behind only until it is restarted.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Finalizers: added on the first reconcile, run on deletion (the main playbook with the finalizer's
 //! vars, or a finalizer playbook), removed only after a successful finalizer run.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

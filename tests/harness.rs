@@ -1,6 +1,6 @@
 //! Proves the test harness against the real API server: CRDs, the status subresource and watches.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

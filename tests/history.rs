@@ -2,7 +2,7 @@
 //! something, saying why it ran; resyncs that change nothing only confirm; retention; records
 //! survive restarts and go with their CR; Events on the CR; nothing secret in records or Events.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

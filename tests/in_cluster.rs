@@ -3,7 +3,7 @@
 //! memcached sample into running Pods on the local node, then removed again (`make undeploy`).
 //! Needs the node and the image: `make test` builds it before the tests run.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! kubeconfig it stores, scaled 1 → 3 → 1 masters, one component reconfigured alone, a member
 //! cluster joined and unjoined, and uninstalled.
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

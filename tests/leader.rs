@@ -1,7 +1,7 @@
 //! Leader election against the real API server: candidates campaigning for one Lease through
 //! `ansible_operator::leader`, with short durations (lease 3 s, renew deadline 2 s, retry 200 ms).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

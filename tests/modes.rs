@@ -1,7 +1,7 @@
 //! Both ways of naming what to run, a playbook or a role (by absolute path or found through
 //! `ANSIBLE_ROLES_PATH`), reconcile a CR to Successful.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

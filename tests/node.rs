@@ -2,7 +2,7 @@
 //! namespace on the CNI bridge, host-network Pods, probes, `kubectl logs` and `kubectl exec`.
 //! Traffic goes only to addresses inside the Pods' network namespaces.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};

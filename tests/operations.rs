@@ -1,6 +1,6 @@
 //! Operating the operator: graceful shutdown, the global run budget, bounded disk use.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! the data the playbook wrote. Also: the operator's own writes carry its field manager, and a
 //! namespace-scoped identity that may not watch a cluster-scoped child kind gets one warning.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

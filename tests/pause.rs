@@ -4,7 +4,7 @@
 //! `ansible_operator_paused_crs` gauge; resuming runs it once at once at its new generation; a paused
 //! CR is still finalized when deleted; the API's pause and resume need `patch` on the CR.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

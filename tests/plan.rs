@@ -5,7 +5,7 @@
 //! server-side dry runs; the CR's status, generation and run history stay); a spec that fails a
 //! task reports the failure with its message; a caller without `update` on the CR is refused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

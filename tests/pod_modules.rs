@@ -2,7 +2,7 @@
 //! `kubernetes.core.k8s` with `wait: true`, `k8s_info` with `wait_condition`, `k8s_exec` (an
 //! upgraded connection through the proxy) and `k8s_log`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

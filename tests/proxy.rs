@@ -1,7 +1,7 @@
 //! The API proxy against the real API server, kube-controller-manager and real playbooks:
 //! owner injection on every create path, dependent watches, garbage collection, credentials.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! saying which object changed), and editing an unrelated ConfigMap or only an annotation does not;
 //! without it nothing re-runs.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! deleted; by default the status is upstream's alone, and `--cr-metrics=false` exposes no per-CR
 //! series.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

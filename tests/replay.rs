@@ -2,7 +2,7 @@
 //! the operator composed it (the same extra vars, unsafe wrapping included, no token), run once with
 //! the user's kubeconfig, an older recorded run's spec, and the API's copy of the same files.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Output;

@@ -1,7 +1,7 @@
 //! Runs without a spec change: the watch's `reconcilePeriod`, the reconcile-period annotation that
 //! overrides it, and `operator_sdk.util.requeue_after`. The playbook counts its runs in a file.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The sample operator at the repository root (`watches.yaml`, `roles/`, `playbooks/`, `deploy/`),
 //! run as `make run` runs it, against the real cluster and the real local etcd.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `events` only, no `AnsibleRun` CRD, metrics over HTTPS behind RBAC, a 768Mi limit), and used as a
 //! user would. Needs the node and the base image: `make test` builds it before the tests run.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

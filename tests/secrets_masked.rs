@@ -4,7 +4,7 @@
 //! finished log from the API, the run record, the CR's Events and its `Failure` condition show
 //! `********` instead, and never the value or its base64.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

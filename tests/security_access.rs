@@ -3,7 +3,7 @@
 //! (log, metric, Event) while the other CRs of its kind keep converging; an operator refuses a
 //! runner directory another user owns.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

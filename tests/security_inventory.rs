@@ -4,7 +4,7 @@
 //! CR's kind. The kubeconfig check of the KubernetesCluster sample (route 3) is shown at the level of
 //! its module: tests/collection/test_member_kubeconfig.py.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! spec keys named like `ansible_connection` against the real operator, and the switch that gives
 //! upstream's behaviour back.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

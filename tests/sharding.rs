@@ -10,7 +10,7 @@
 //! with its replica's name to a shared log and sleeps between them: what is measured is the
 //! operator's assignment and handover, on two cores, not Ansible.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! the CR, the key from an ssh-auth Secret, the host key policy, the precheck, `status.hosts`, and a
 //! private key that shows up nowhere.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! failed, never confirmed while no operator ran), not the converged ones, which come due at their
 //! period; with the default (`all`) every CR, as upstream.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Who writes the status (`manageStatus` and `operator_sdk.util.k8s_status`), and which CRs an
 //! operator runs at all (label `selector`, `WATCH_NAMESPACE`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! 10 retries a second with bursts of 100, shared by the watch), and a spec change that fixes them
 //! converges every one. Warm executor only: in cold mode the same storm takes minutes on 2 cores.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

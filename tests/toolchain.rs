@@ -2,7 +2,7 @@
 //! upstream's base image (ansible-core 2.18) behave as there on the default toolchain. The newer
 //! toolchain's slice runs only the version test (2.19 rejects those playbooks by design).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! naming the file, the entry and the field or value. Loading happens before the operator connects
 //! to the cluster, so these runs get a kubeconfig that does not exist. An unknown key only warns.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
