@@ -51,9 +51,10 @@ def redirect(stdin: int, stdout: int, stderr: int) -> None:
 def standard_streams() -> None:
     """New `sys.stdin`, `sys.stdout` and `sys.stderr` over descriptors 0, 1 and 2, made the way
     CPython makes them at start-up (encoding and error handlers as this interpreter's, line
-    buffering on a terminal, unbuffered under PYTHONUNBUFFERED). The inherited objects may hold
-    buffered text of the parent and were made for its descriptors."""
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED")) or sys.flags.unbuffered
+    buffering on a terminal, unbuffered under PYTHONUNBUFFERED: the run's environment, in which it
+    is made, as the interpreter's at its start). The inherited objects may hold buffered text of the
+    parent and were made for its descriptors."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     encoding = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
     errors = sys.__stdout__.errors if sys.__stdout__ else "strict"
     stdin = _text_stream(0, "r", encoding, errors, line_buffering=False, unbuffered=False)
