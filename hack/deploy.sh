@@ -13,6 +13,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 overlay="$repo/.local/deploy"
 namespace=ansible-operator-system
 deployment=ansible-operator-controller-manager
+# How long `delete` waits for everything to be gone.
+delete_timeout=${DEPLOY_DELETE_TIMEOUT:-180s}
 
 log() { echo "deploy: $*"; }
 die() { echo "deploy: $*" >&2; exit 1; }
@@ -58,6 +60,20 @@ case "$action" in
     ;;
   delete)
     log "kubectl delete -k deploy/ (${KUBECONFIG:-the current kubectl context})"
-    kubectl delete -k "$overlay" --ignore-not-found --wait=true
+    kubectl delete -k "$overlay" --ignore-not-found --wait=true --timeout="$delete_timeout" || {
+      # A CRD goes only once every custom resource of it has: one whose finalizer no operator will
+      # run any more (its operator was just deleted too) holds it for ever.
+      crds=$(kubectl get -k "$overlay" --ignore-not-found -o name | sed -n 's|^customresourcedefinition[^/]*/||p')
+      held=$(for crd in $crds; do
+        kubectl get "$crd" --all-namespaces --ignore-not-found -o \
+          jsonpath='{range .items[?(@.metadata.finalizers)]}{.kind} {.metadata.namespace}/{.metadata.name}: {.metadata.finalizers}{"\n"}{end}' \
+          2>/dev/null || true
+      done)
+      if [[ -n "$held" ]]; then
+        die "not deleted within $delete_timeout: these custom resources still have finalizers, and their CRDs go only after them; their operator is deleted, so remove the finalizers (kubectl patch <kind> <name> -n <namespace> --type=merge -p '{\"metadata\":{\"finalizers\":null}}') or delete the resources before undeploying:
+$held"
+      fi
+      die "not deleted within $delete_timeout (DEPLOY_DELETE_TIMEOUT)"
+    }
     ;;
 esac

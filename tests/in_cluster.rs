@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::api::ApiServer;
@@ -128,10 +129,35 @@ async fn set_size(memcacheds: &Api<DynamicObject>, size: i64) {
     memcacheds.patch(SAMPLE, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch size");
 }
 
+/// Releases the finalizers of sample CRs that other tests left in namespaces being deleted. Their
+/// operators are gone, so nothing would finalize them: the operator deployed here would try (it
+/// watches every namespace), and `make undeploy` would wait for them to delete the sample CRDs.
+async fn release_abandoned_samples(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let with_finalizers =
+        "jsonpath={range .items[?(@.metadata.finalizers)]}{.metadata.namespace} {.metadata.name}{'\\n'}{end}";
+    for resource in support::SAMPLE_RESOURCES {
+        // Nothing listed when the CRD is not installed.
+        let listed = kubectl(["get", resource, "--all-namespaces", "-o", with_finalizers]).stdout;
+        let listed = String::from_utf8_lossy(&listed);
+        for (namespace, name) in listed.lines().filter_map(|line| line.split_once(' ')) {
+            let deleting = namespaces.get_opt(namespace).await.expect("get namespace");
+            if deleting.is_some_and(|ns| ns.metadata.deletion_timestamp.is_some()) {
+                eprintln!(
+                    "in_cluster: releasing {resource} {namespace}/{name}, left by a test whose operator is gone"
+                );
+                let patch = r#"{"metadata":{"finalizers":null}}"#;
+                kubectl_ok(["-n", namespace, "patch", resource, name, "--type=merge", "-p", patch]);
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn operator_image_deployed_with_deploy_reconciles_the_memcached_sample_into_running_pods() {
     let client = support::client().await;
     require_ready_node(&client).await;
+    release_abandoned_samples(&client).await;
     let mut deployed = Deployed::apply();
 
     // The operator runs as shipped: its ServiceAccount, user 1001, probes passed, metrics served.

@@ -369,6 +369,15 @@ pub fn impersonating_kubeconfig(dir: &Path, user: &str, groups: &[&str]) -> Path
     path
 }
 
+/// The sample operator's kinds, as `kubectl` names their resources (`<plural>.<group>`).
+pub const SAMPLE_RESOURCES: [&str; 5] = [
+    "memcacheds.cache.example.com",
+    "etcdbackups.etcd.example.com",
+    "etcdclusters.etcd.example.com",
+    "etcdrestores.etcd.example.com",
+    "kubernetesclusters.platform.example.com",
+];
+
 /// Installs the sample operator's CRDs from `deploy/crds/`.
 pub async fn install_sample_crds(client: &Client) {
     for file in [
