@@ -94,6 +94,16 @@ impl Operator {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// Waits until the warm executor's worker is ready. Until then a run goes cold (the operator
+    /// does not hold runs for it); on a loaded machine its preload took 18 s, so a test that claims
+    /// warm runs creates its CRs after this.
+    pub async fn wait_for_warm_worker(&self) {
+        super::wait_for("the warm Ansible worker to be ready", Duration::from_secs(180), || async {
+            Ok(if self.log().contains("warm Ansible worker ready") { Ok(()) } else { Err(String::new()) })
+        })
+        .await
+    }
+
     /// The CR's runner data directory.
     pub fn runner_dir(&self, group: &str, kind: &str, namespace: &str, name: &str) -> PathBuf {
         self.dir.join("runner").join(group).join("v1alpha1").join(kind).join(namespace).join(name)
