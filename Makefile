@@ -105,8 +105,8 @@ lint: ## rustfmt and clippy, warnings are errors
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 
-test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain
-	status=0; \
+test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain and the KubernetesCluster test
+	@status=0; \
 	echo "make test: $$(date +%T): installed and linted; the cluster, its hosts, the image and the test lanes follow"; \
 	mkdir -p target/test-lanes; \
 	trap '{ hack/test-hosts.sh down; hack/local-cluster.sh down; } >target/test-lanes/teardown.log 2>&1; \
@@ -120,7 +120,7 @@ test: install install-ansible-next install-browser lint ## Everything: unit, Pyt
 	fi; \
 	echo "make test: $$(date +%T): the cluster, its hosts and the image are ready"; \
 	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh warm || status=$$?; \
-	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold next || status=$$?; \
+	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold next warm-late || status=$$?; \
 	exit $$status
 
 test-rust: ## Rust unit and integration tests, one after another (uses KUBECONFIG, or starts the local cluster)

@@ -7,7 +7,12 @@
 # deletes the sample CRDs) runs by itself after the lanes, as do sharding, the KubernetesCluster test
 # and the scaffold test (warm pass only). Builds the tests once first.
 #
-#   hack/test-lanes.sh warm        every module, operators on the warm executor (the default)
+#   hack/test-lanes.sh warm        every module but kubernetes_cluster, operators on the warm
+#                                  executor (the default)
+#   hack/test-lanes.sh warm-late   kubernetes_cluster, on the warm executor: it runs on host5–host7
+#                                  beside other lanes (by itself it left a third of the two cores idle
+#                                  for ten minutes), but not beside the warm pass's lanes (22 minutes
+#                                  there, and it slowed them all)
 #   hack/test-lanes.sh cold        a slice with ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold: what the
 #                                  executor hands Ansible and gets back, and how its runs end (samples,
 #                                  SSH runs, extra vars and inventories, playbooks and roles,
@@ -18,7 +23,8 @@
 #   hack/test-lanes.sh next        the newer toolchain's slice (.venv-2.19): samples, SSH runs,
 #                                  finalizers, k8s_status, requeue_after, selectors, the executor, and
 #                                  the Python tests
-#   hack/test-lanes.sh cold next   several passes at once: their SSH lanes become one lane, the other
+#   hack/test-lanes.sh cold next warm-late
+#                                  several passes at once: their SSH lanes become one lane, the other
 #                                  lanes run side by side (what `make test` runs after the warm pass)
 #
 # Every lane's end is printed as it happens, and every 10 minutes (and when the script is stopped)
@@ -31,7 +37,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-(($#)) || { echo "usage: hack/test-lanes.sh warm|cold|next ..." >&2; exit 2; }
+(($#)) || { echo "usage: hack/test-lanes.sh warm|warm-late|cold|next ..." >&2; exit 2; }
 passes=("$@")
 label=$(IFS=+; echo "${passes[*]}")
 logs="$repo/target/test-lanes"
@@ -76,26 +82,28 @@ add_lanes() {
   done
 }
 
+warm_late="kubernetes_cluster"
 for pass in "${passes[@]}"; do
   case "$pass" in
     warm)
       warm=(
-        "lib module_graph ssh security_inventory etcd_cluster etcd_restore"
+        "lib module_graph ssh security_inventory etcd_cluster"
         "operations deploy_manifests proxy ownership leader endpoints node pod_modules"
         "executor core extra_vars security_vars finalizers modes requeue samples status_and_filters toolchain watches_errors harness faults pause ready_conditions read_set admission"
         "history events api console storm startup_resync security_access replay secrets_masked plan"
-        "python"
+        "etcd_restore python"
       )
+      # etcd_restore is on host5–host7, as kubernetes_cluster is, which runs after these lanes
+      # (warm-late).
       # After the lanes, by themselves: `make undeploy` deletes the sample CRDs, and with them every
       # CR of those kinds the other tests still use; sharding measures handovers against lease
-      # durations, which the other lanes' load on two cores stretches past their bounds;
-      # kubernetes_cluster runs three control planes on its SSH hosts (host5–host7): beside the lanes
-      # it took 22 minutes and slowed them all, by itself it takes 6 or 7; scaffold's operator Pod,
-      # held to the project's 500m CPU, missed its leader renew deadline beside the lanes (the
-      # API server's answer took over 8 s to reach it) and restarted: by itself it takes 5 minutes.
-      by_itself="in_cluster sharding kubernetes_cluster scaffold"
-      # Every test file is a module of the suite and runs in the warm pass: a new tests/*.rs missing
-      # from either fails here.
+      # durations, which the other lanes' load on two cores stretches past their bounds; scaffold's
+      # operator Pod, held to the project's 500m CPU, missed its leader renew deadline beside the
+      # lanes (the API server's answer took over 8 s to reach it) and restarted: by itself it takes
+      # 5 minutes.
+      by_itself="in_cluster sharding scaffold"
+      # Every test file is a module of the suite and runs in the warm pass (or warm-late): a new
+      # tests/*.rs missing from either fails here.
       for file in tests/*.rs; do
         name=$(basename "$file" .rs)
         if [[ $name == suite ]]; then
@@ -103,7 +111,7 @@ for pass in "${passes[@]}"; do
         elif ! grep -qx "mod $name;" tests/suite.rs; then
           echo "test-lanes: tests/$name.rs is not a module of tests/suite.rs: add \`mod $name;\` there" >&2
           exit 2
-        elif [[ " ${warm[*]} $by_itself " != *" $name "* ]]; then
+        elif [[ " ${warm[*]} $by_itself $warm_late " != *" $name "* ]]; then
           echo "test-lanes: tests/$name.rs is in no lane of the warm pass: add it to hack/test-lanes.sh" >&2
           exit 2
         fi
@@ -114,6 +122,10 @@ for pass in "${passes[@]}"; do
       fi
       alone=$(for unit in $by_itself; do echo -n "warm:$unit "; done)
       alone=${alone% }
+      ;;
+    warm-late)
+      # No lane on host1–host4 (its first lane is empty): it runs beside the other passes' SSH lanes.
+      add_lanes warm-late "" "$warm_late"
       ;;
     cold)
       add_lanes cold \
@@ -129,7 +141,7 @@ for pass in "${passes[@]}"; do
         "python"
       ;;
     *)
-      echo "test-lanes: unknown pass $pass (warm, cold or next)" >&2
+      echo "test-lanes: unknown pass $pass (warm, warm-late, cold or next)" >&2
       exit 2
       ;;
   esac
@@ -171,8 +183,15 @@ run_lane() {
   local lane=$1 log=$2 start=$SECONDS status=0 unit began
   for unit in $lane; do
     began=$SECONDS
-    (run_unit "$unit") >>"$log" 2>&1 || status=$?
-    echo "test-lanes: $unit took $((SECONDS - began)) s" >>"$log"
+    (
+      code=0
+      run_unit "$unit" || code=$?
+      # The CPU time of the unit's processes (its tests, their operators, Ansible), as each was
+      # waited for: what the unit costs the machine, however long the other lanes made it wait.
+      times >"$log.cpu"
+      echo "test-lanes: $unit took $((SECONDS - began)) s, CPU $(tail -1 "$log.cpu" | tr ' ' '+')"
+      exit "$code"
+    ) >>"$log" 2>&1 || status=$?
   done
   echo "lane took $((SECONDS - start)) s" >>"$log"
   return "$status"

@@ -1,6 +1,6 @@
 //! The KubernetesCluster sample (`watches.yaml`, `playbooks/kubernetescluster*.yml`): a Kubernetes
-//! control plane installed from binaries over SSH on real sshd test hosts (host5–host7, so it runs
-//! beside the EtcdCluster tests on host1–host4): prechecked, installed, reached through the admin
+//! control plane installed from binaries over SSH on real sshd test hosts (host5–host7, which the
+//! EtcdRestore test uses while the lanes run; this test runs after them): prechecked, installed, reached through the admin
 //! kubeconfig it stores, scaled 1 → 3 → 1 masters, one component reconfigured alone, a member
 //! cluster joined and unjoined, and uninstalled.
 
