@@ -112,8 +112,11 @@ check_login() {
 }
 
 up() {
-  install_openssh
   mkdir -p "$state" /run/sshd
+  # Tests in several lanes call `up` at once (each on its first use of the hosts): one at a time.
+  exec 9>"$state/up.lock"
+  flock 9
+  install_openssh
   [[ -f "$state/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -C ansible-operator-tests -f "$state/id_ed25519"
   : >"$state/known_hosts.new"
   local n hosts=()
