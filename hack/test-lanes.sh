@@ -203,7 +203,7 @@ lanes_at() {
   for name in "$@"; do
     log="$logs/$name.log"
     if [[ -s $log ]] && ! grep -q '^lane took' "$log"; then
-      at=$(grep -E '^test-lanes: [0-9:]+ [a-z]+: ' "$log" | tail -1 || true)
+      at=$(grep -E '^test-lanes: [0-9:]+ [a-z-]+: ' "$log" | tail -1 || true)
       read -r _ since unit <<<"$at"
       echo "test-lanes: $(date +%T) $name is at ${unit:-its start} (since ${since:-?})"
     fi
