@@ -131,7 +131,7 @@ up() {
       die "$(address "$n"):$port is taken by another clone's test hosts ($(home "$n") authorises another key): stop them there first"
     fi
     prepare_user "$n"
-    "$sshd" -f "$state/host$n/sshd_config" -E "$state/host$n/sshd.log"
+    "$sshd" -f "$state/host$n/sshd_config" -E "$state/host$n/sshd.log" 9>&-  # not holding up.lock
   done
   mv "$state/known_hosts.new" "$state/known_hosts"
   (IFS=,; echo "[${hosts[*]}]") >"$state/hosts.json"

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
-use support::operator::{Operator, OperatorConfig};
+use support::operator::{Operator, OperatorConfig, WORKER_READY};
 use support::setup::Test;
 
 const GROUP: &str = "equivalence.test.example.com";
@@ -206,7 +206,7 @@ fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
 /// machine): the tests create their CRs once it is ready.
 fn assert_ran_warm(operator: &Operator) {
     let log = operator.log();
-    let ready = log.find("warm Ansible worker ready").unwrap_or_else(|| panic!("the worker started:\n{log}"));
+    let ready = log.find(WORKER_READY).unwrap_or_else(|| panic!("the worker started:\n{log}"));
     assert!(
         !log[ready..].contains("the playbook runs cold"),
         "no run fell back to cold once it was ready:\n{log}"
@@ -250,7 +250,7 @@ async fn warm_and_cold_runs_give_the_same_events_artifacts_status_and_extra_vars
         records.push(Value::Object(per_kind.into_iter().map(|(k, v)| (k.to_string(), v)).collect()));
     }
     assert_ran_warm(&warm);
-    assert!(!cold.log().contains("warm Ansible worker ready"), "the cold operator started no worker");
+    assert!(!cold.log().contains(WORKER_READY), "the cold operator started no worker");
     let (cold_record, warm_record) = (&records[0], &records[1]);
     if let Some(difference) = first_difference("", cold_record, warm_record) {
         panic!("warm and cold runs differ at {difference}");
@@ -319,7 +319,7 @@ async fn runs_of_different_crs_share_no_environment_facts_or_credentials() {
 fn worker_pid(log: &str, nth: usize) -> Option<u32> {
     let log = ansible_operator::runner::strip_ansi(log);
     log.lines()
-        .filter(|l| l.contains("warm Ansible worker ready"))
+        .filter(|l| l.contains(WORKER_READY))
         .nth(nth)?
         .split_whitespace()
         .find_map(|w| w.strip_prefix("worker_pid="))

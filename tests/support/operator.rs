@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use super::{kubeconfig, repo};
 
+/// What the operator logs when its warm Ansible worker is ready.
+pub const WORKER_READY: &str = "warm Ansible worker ready";
+
 /// A running operator; stopped (SIGTERM, then SIGKILL) when dropped. Its log is kept in `log_path`.
 pub struct Operator {
     child: Child,
@@ -99,7 +102,7 @@ impl Operator {
     /// warm runs creates its CRs after this.
     pub async fn wait_for_warm_worker(&self) {
         super::wait_for("the warm Ansible worker to be ready", Duration::from_secs(180), || async {
-            Ok(if self.log().contains("warm Ansible worker ready") { Ok(()) } else { Err(String::new()) })
+            Ok(if self.log().contains(WORKER_READY) { Ok(()) } else { Err(String::new()) })
         })
         .await
     }
