@@ -57,7 +57,10 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
         OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
     let api = ApiServer::localhost(port, None);
     api.wait_until_up(WAIT);
-    let created = support::create_cr(&crs, GROUP, KIND, "app", json!({"secret": "db", "pause": 6})).await;
+    // The run holds open until this file exists: its live log is read first, however slow the run.
+    let release = std::env::temp_dir().join(format!("{}-release", ns.name));
+    let spec = json!({"secret": "db", "release": release.display().to_string()});
+    let created = support::create_cr(&crs, GROUP, KIND, "app", spec).await;
     let uid = created.metadata.uid.clone().unwrap();
     let path = format!("/api/v1/kinds/{GROUP}/{PLURAL}/crs/{}/app", ns.name);
 
@@ -71,6 +74,7 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
     })
     .await;
     assert_masked("the live log", &live);
+    std::fs::write(&release, "").expect("release the run");
 
     // The Failure condition, once the run has ended.
     let failed = support::wait_for_condition(&crs, "app", "Failure", "True", WAIT).await;
@@ -127,6 +131,7 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
     // The operator's log: what it logged of the tasks.
     let mut operator = operator;
     assert!(operator.terminate(Duration::from_secs(30)).is_some());
+    std::fs::remove_file(&release).unwrap();
     let text = operator.log();
     assert!(text.contains("[playbook debug]"), "{text}");
     assert_masked("the operator's log", &text);
