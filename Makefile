@@ -121,6 +121,7 @@ test: install install-ansible-next install-browser lint ## Everything: unit, Pyt
 	echo "make test: $$(date +%T): the cluster, its hosts and the image are ready"; \
 	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh warm || status=$$?; \
 	KUBECONFIG=$(LOCAL_KUBECONFIG) hack/test-lanes.sh cold next warm-late || status=$$?; \
+	if ((status)); then echo "make test: what failed, by pass:"; cat target/test-lanes/{warm,cold+next+warm-late}.failed 2>/dev/null || true; fi; \
 	exit $$status
 
 test-rust: ## Rust unit and integration tests, one after another (uses KUBECONFIG, or starts the local cluster)

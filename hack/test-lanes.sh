@@ -190,6 +190,9 @@ run_lane() {
       # waited for: what the unit costs the machine, however long the other lanes made it wait.
       times >"$log.cpu"
       echo "test-lanes: $unit took $((SECONDS - began)) s, CPU $(tail -1 "$log.cpu" | tr ' ' '+')"
+      if ((code)); then
+        echo "test-lanes: $unit FAILED with exit status $code"
+      fi
       exit "$code"
     ) >>"$log" 2>&1 || status=$?
   done
@@ -220,6 +223,7 @@ fi
 for name in "${names[@]}"; do
   : >"$logs/$name.log"
 done
+rm -f "$logs/$label.failed"
 # Every 10 minutes, and when stopped (a CI time limit), where each running lane is. The reporter
 # ends its sleep when it ends: a sleep left behind would hold the output open for 10 minutes.
 report_progress() {
@@ -287,6 +291,19 @@ if ((${#failed[@]})); then
     echo "=================== test-lanes: $name FAILED: $logs/$name.log ==================="
     cat "$logs/$name.log"
   done
+  # Last, so that the end of a long output (all a CI summary may show) says what failed: each
+  # failed unit, its failed tests, and where and why each panicked (first line of the message).
+  # Also kept in $label.failed, for make test to repeat after its last pass.
+  echo "=================== test-lanes: $label: what failed ==================="
+  for name in "${failed[@]}"; do
+    awk -v name="$name" '
+      /^test-lanes: .* FAILED with exit status/ { print name ": " substr($0, 13) }
+      /^test .* FAILED$/ { print name ": " $0 }
+      /process didn.t exit successfully/ { print name ": " substr($0, 1, 300) }
+      /^thread .* panicked at / { print name ": " $0; panicked = 1; next }
+      panicked { print name ":   " substr($0, 1, 300); panicked = 0 }
+    ' "$logs/$name.log"
+  done | tee "$logs/$label.failed"
   echo "test-lanes: $label: failed lanes: ${failed[*]}" >&2
   exit 1
 fi
