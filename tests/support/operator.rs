@@ -29,12 +29,14 @@ pub struct OperatorConfig<'a> {
     pub env: Vec<(String, String)>,
     /// Run in this directory with its own `watches.yaml` instead of writing `watches`.
     pub project: Option<PathBuf>,
+    /// Start without locale variables (LANG, LANGUAGE, LC_*).
+    pub c_locale: bool,
 }
 
 impl<'a> OperatorConfig<'a> {
     /// An operator on `watches` watching `namespace`.
     pub fn new(watches: &'a str, namespace: &'a str) -> Self {
-        Self { watches, namespace, args: Vec::new(), env: Vec::new(), project: None }
+        Self { watches, namespace, args: Vec::new(), env: Vec::new(), project: None, c_locale: false }
     }
 
     /// An operator on an existing project directory (its `watches.yaml`, roles and playbooks).
@@ -54,6 +56,13 @@ impl<'a> OperatorConfig<'a> {
         self
     }
 
+    /// Starts it without locale variables, in the C locale, as `env -i` or a systemd service
+    /// without `Environment=LANG=...` would.
+    pub fn c_locale(mut self) -> Self {
+        self.c_locale = true;
+        self
+    }
+
     /// Starts the operator.
     pub fn start(self) -> Operator {
         let dir = scratch_dir(self.namespace);
@@ -66,7 +75,15 @@ impl<'a> OperatorConfig<'a> {
             }
         };
         let log = std::fs::File::create(dir.join("operator.log")).expect("create operator log");
-        let child = command(&cwd)
+        let mut command = command(&cwd);
+        if self.c_locale {
+            for (name, _) in std::env::vars() {
+                if name == "LANG" || name == "LANGUAGE" || name.starts_with("LC_") {
+                    command.env_remove(name);
+                }
+            }
+        }
+        let child = command
             .args(["run", "--watches-file=watches.yaml", "--zap-devel"])
             .arg(format!("--runner-dir={}", dir.join("runner").display()))
             .args(default_ports(&self.args))
@@ -95,16 +112,6 @@ impl Operator {
     /// The operator's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    /// Waits until the warm executor's worker is ready. Until then a run goes cold (the operator
-    /// does not hold runs for it); on a loaded machine its preload took 18 s, so a test that claims
-    /// warm runs creates its CRs after this.
-    pub async fn wait_for_warm_worker(&self) {
-        super::wait_for("the warm Ansible worker to be ready", Duration::from_secs(180), || async {
-            Ok(if self.log().contains(WORKER_READY) { Ok(()) } else { Err(String::new()) })
-        })
-        .await
     }
 
     /// The CR's runner data directory.

@@ -6,13 +6,14 @@ from __future__ import annotations
 import atexit
 import ctypes
 import io
+import locale
 import os
 import pickle
 import resource
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 _PR_SET_NAME = 15
@@ -84,6 +85,33 @@ def _text_stream(fd: int, mode: str, encoding: str, errors: str, *, line_bufferi
     )
     stream.mode = mode  # type: ignore[misc]
     return stream
+
+
+#: What CPython sets LC_CTYPE to when it starts in the C locale (PEP 538), the first it can use.
+_COERCION_TARGETS = ("C.UTF-8", "C.utf8", "UTF-8")
+
+
+def start_locale(worker_env: Mapping[str, str]) -> None:
+    """The locale and LC_CTYPE as CPython sets them at start-up from the current environment: in the
+    C or POSIX locale, without LC_ALL and unless PYTHONCOERCECLOCALE is 0, it sets LC_CTYPE to a
+    UTF-8 locale (PEP 538), which the processes it starts inherit. A run started cold gets that
+    from ansible-runner's start; a run forked from the worker gets the locale the worker's own
+    start chose."""
+    try:
+        current = locale.setlocale(locale.LC_CTYPE, "")
+    except locale.Error:  # a locale not installed: the C locale, as in a started interpreter
+        current = locale.setlocale(locale.LC_CTYPE, "C")
+    if current not in ("C", "POSIX") or os.environ.get("LC_ALL") or os.environ.get("PYTHONCOERCECLOCALE") == "0":
+        return
+    worker_locale = worker_env.get("LC_CTYPE", "")
+    targets = (worker_locale,) if worker_locale in _COERCION_TARGETS else _COERCION_TARGETS
+    for target in targets:
+        try:
+            locale.setlocale(locale.LC_CTYPE, target)
+        except locale.Error:
+            continue
+        os.environ["LC_CTYPE"] = target
+        return
 
 
 def replace_environment(env: dict[str, str]) -> None:

@@ -21,3 +21,39 @@ def test_stdout_is_buffered_unless_the_environment_sets_pythonunbuffered(unbuffe
         env["PYTHONUNBUFFERED"] = unbuffered
     shown = subprocess.run([sys.executable, "-c", _SHOW], env=env, capture_output=True, text=True, check=True)
     assert shown.stdout == expected, shown.stderr
+
+
+_LOCALE_AS_STARTED = "import os; print(os.environ.get('LC_CTYPE'), end='')"
+_LOCALE_AS_FORKED = (
+    "import os, sys; from ansible_operator_worker import process; "
+    "process.replace_environment(dict(zip(sys.argv[1::2], sys.argv[2::2]))); "
+    "process.start_locale({'LC_CTYPE': 'C.UTF-8'}); print(os.environ.get('LC_CTYPE'), end='')"
+)
+
+
+@pytest.mark.parametrize(
+    "locale_env",
+    [
+        {},
+        {"LANG": "C"},
+        {"LANG": "POSIX"},
+        {"LANG": "C.UTF-8"},
+        {"LC_ALL": "C"},
+        {"LC_CTYPE": "C", "LANG": "C.UTF-8"},
+        {"LANG": "xx_YY.UTF-8"},
+        {"PYTHONCOERCECLOCALE": "0"},
+    ],
+)
+def test_a_forked_run_gets_the_locale_a_started_interpreter_sets(locale_env: dict[str, str]) -> None:
+    """A run the worker forks holds LC_CTYPE as ansible-runner started cold in the same environment
+    would (PEP 538), whatever the worker's own environment was: else every run in a C locale
+    (a container without LANG) would differ from the worker's and run cold."""
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(sys.path), **locale_env}
+    started = subprocess.run([sys.executable, "-c", _LOCALE_AS_STARTED], env=env, capture_output=True, text=True)
+    args = [item for pair in env.items() for item in pair]
+    worker_env = {**os.environ, "LANG": "C.UTF-8"}
+    forked = subprocess.run(
+        [sys.executable, "-c", _LOCALE_AS_FORKED, *args], env=worker_env, capture_output=True, text=True
+    )
+    assert started.returncode == 0 and forked.returncode == 0, started.stderr + forked.stderr
+    assert forked.stdout == started.stdout
