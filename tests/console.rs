@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use support::api::{ApiServer, grant_log_reading, service_account};
@@ -86,6 +87,21 @@ async fn screenshot(browser: &Client, name: &str) {
     eprintln!("screenshot: {}", path.display());
 }
 
+/// Opens the console at `url` and waits for its sign-in field. When it does not show, the panic
+/// holds the page's address and source, and `<label>-no-sign-in.png` is saved.
+async fn open_sign_in(browser: &Client, url: &str, label: &str) -> Element {
+    browser.goto(url).await.unwrap();
+    match browser.wait().at_most(WAIT).for_element(Locator::Css("#token")).await {
+        Ok(field) => field,
+        Err(error) => {
+            screenshot(browser, &format!("{label}-no-sign-in.png")).await;
+            let at = browser.current_url().await.map(|url| url.to_string()).unwrap_or_default();
+            let source = browser.source().await.unwrap_or_default();
+            panic!("no sign-in field at {at} ({error}):\n{source}");
+        }
+    }
+}
+
 /// Texts of the elements matching `css`.
 async fn texts(browser: &Client, css: &str) -> Result<Vec<String>, String> {
     // The page re-renders on every refresh: an element found may be replaced before it is read.
@@ -138,10 +154,8 @@ async fn sign_in_open_a_cr_read_its_runs_reconcile_it_now_pause_and_resume_it() 
 
     let driver = Driver::start();
     let browser = driver.browser().await;
-    browser.goto(&api.url("/")).await.unwrap();
-
     // Sign in; the account may read one namespace only, so the console asks for it.
-    let field = browser.wait().at_most(WAIT).for_element(Locator::Css("#token")).await.unwrap();
+    let field = open_sign_in(&browser, &api.url("/"), "console").await;
     screenshot(&browser, "01-sign-in.png").await;
     field.send_keys(&token).await.unwrap();
     browser.find(Locator::Css("#sign-in")).await.unwrap().click().await.unwrap();
@@ -265,8 +279,7 @@ async fn edit_a_crs_spec_and_plan_it_to_see_what_it_would_do() {
 
     let driver = Driver::start();
     let browser = driver.browser().await;
-    browser.goto(&api.url("/")).await.unwrap();
-    let field = browser.wait().at_most(WAIT).for_element(Locator::Css("#token")).await.unwrap();
+    let field = open_sign_in(&browser, &api.url("/"), "console-plan").await;
     field.send_keys(&token).await.unwrap();
     browser.find(Locator::Css("#sign-in")).await.unwrap().click().await.unwrap();
     let namespace = browser.wait().at_most(WAIT).for_element(Locator::Css("#namespace")).await.unwrap();
