@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::api::{ApiServer, grant_log_reading, service_account};
-use support::operator::OperatorConfig;
+use support::operator::{OperatorConfig, scratch_dir};
 use support::setup::Test;
 
 const GROUP: &str = "masked.test.example.com";
@@ -58,7 +58,7 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
     let api = ApiServer::localhost(port, None);
     api.wait_until_up(WAIT);
     // The run holds open until this file exists: its live log is read first, however slow the run.
-    let release = std::env::temp_dir().join(format!("{}-release", ns.name));
+    let release = scratch_dir(&format!("{}-release", ns.name)).join("release");
     let spec = json!({"secret": "db", "release": release.display().to_string()});
     let created = support::create_cr(&crs, GROUP, KIND, "app", spec).await;
     let uid = created.metadata.uid.clone().unwrap();
@@ -131,7 +131,6 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
     // The operator's log: what it logged of the tasks.
     let mut operator = operator;
     assert!(operator.terminate(Duration::from_secs(30)).is_some());
-    std::fs::remove_file(&release).unwrap();
     let text = operator.log();
     assert!(text.contains("[playbook debug]"), "{text}");
     assert_masked("the operator's log", &text);

@@ -13,7 +13,7 @@ import resource
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 _PR_SET_NAME = 15
@@ -91,21 +91,18 @@ def _text_stream(fd: int, mode: str, encoding: str, errors: str, *, line_bufferi
 _COERCION_TARGETS = ("C.UTF-8", "C.utf8", "UTF-8")
 
 
-def start_locale(worker_env: Mapping[str, str]) -> None:
+def start_locale() -> None:
     """The locale and LC_CTYPE as CPython sets them at start-up from the current environment: in the
-    C or POSIX locale, without LC_ALL and unless PYTHONCOERCECLOCALE is 0, it sets LC_CTYPE to a
-    UTF-8 locale (PEP 538), which the processes it starts inherit. A run started cold gets that
-    from ansible-runner's start; a run forked from the worker gets the locale the worker's own
-    start chose."""
+    C or POSIX locale, without LC_ALL and unless PYTHONCOERCECLOCALE is 0, it sets LC_CTYPE to the
+    first UTF-8 locale it can use (PEP 538), which the processes it starts inherit. A run started
+    cold gets that from ansible-runner's start; a run forked from the worker gets it here."""
     try:
         current = locale.setlocale(locale.LC_CTYPE, "")
     except locale.Error:  # a locale not installed: the C locale, as in a started interpreter
         current = locale.setlocale(locale.LC_CTYPE, "C")
     if current not in ("C", "POSIX") or os.environ.get("LC_ALL") or os.environ.get("PYTHONCOERCECLOCALE") == "0":
         return
-    worker_locale = worker_env.get("LC_CTYPE", "")
-    targets = (worker_locale,) if worker_locale in _COERCION_TARGETS else _COERCION_TARGETS
-    for target in targets:
+    for target in _COERCION_TARGETS:
         try:
             locale.setlocale(locale.LC_CTYPE, target)
         except locale.Error:

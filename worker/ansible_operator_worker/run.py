@@ -60,7 +60,7 @@ def main(
         for fd in {stdin, stdout, stderr} - {0, 1, 2}:
             os.close(fd)
         process.replace_environment(env)
-        process.start_locale(worker.env)
+        process.start_locale()
         os.chdir(cwd)
         process.standard_streams()
         script = os.path.abspath(shutil.which("ansible-runner", path=env.get("PATH")) or "ansible-runner")

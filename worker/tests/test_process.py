@@ -27,7 +27,7 @@ _LOCALE_AS_STARTED = "import os; print(os.environ.get('LC_CTYPE'), end='')"
 _LOCALE_AS_FORKED = (
     "import os, sys; from ansible_operator_worker import process; "
     "process.replace_environment(dict(zip(sys.argv[1::2], sys.argv[2::2]))); "
-    "process.start_locale({'LC_CTYPE': 'C.UTF-8'}); print(os.environ.get('LC_CTYPE'), end='')"
+    "process.start_locale(); print(os.environ.get('LC_CTYPE'), end='')"
 )
 
 
