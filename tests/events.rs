@@ -39,7 +39,7 @@ fn runs_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
 }
 
 fn stop(mut operator: Operator) {
-    assert!(operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
+    assert!(operator.stop().is_some_and(|s| s.success()));
 }
 
 #[tokio::test]
@@ -240,7 +240,7 @@ async fn without_rights_to_events_and_run_records_the_operator_warns_once_for_ea
         })
         .await;
     }
-    assert!(setup.operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
+    assert!(setup.operator.stop().is_some_and(|s| s.success()));
     let log = setup.operator.log();
 
     let refused = lines_with(&log, "Events are refused");
@@ -309,5 +309,5 @@ async fn run_history_moves_to_the_cluster_within_a_minute_of_the_operator_being_
         Ok(if found { Ok(()) } else { Err(format!("{} records", records.len())) })
     })
     .await;
-    assert!(setup.operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
+    assert!(setup.operator.stop().is_some_and(|s| s.success()));
 }

@@ -396,7 +396,7 @@ async fn a_run_cancelled_by_shutdown_leaves_nothing_running_and_the_next_operato
     })
     .await;
     let worker = worker_pid(&operator.log(), 0).expect("worker pid");
-    let status = operator.terminate(Duration::from_secs(30)).expect("the operator stops");
+    let status = operator.stop().expect("the operator stops");
     assert!(status.success(), "{status}");
     assert!(processes_with(&sleeper).is_empty(), "the held run was ended");
     support::wait_for("the worker to stop with the operator", Duration::from_secs(10), || async {

@@ -68,7 +68,7 @@ fn trigger(record: &Value) -> &str {
 }
 
 fn stop(mut operator: Operator) {
-    assert!(operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()));
+    assert!(operator.stop().is_some_and(|s| s.success()));
 }
 
 #[tokio::test]

@@ -86,7 +86,7 @@ async fn sigterm_during_a_long_run_exits_within_the_timeout_and_leaves_no_ansibl
     .await;
 
     let started = Instant::now();
-    let status = operator.terminate(Duration::from_secs(30)).expect("the operator exits after SIGTERM");
+    let status = operator.stop().expect("the operator exits after SIGTERM");
     let took = started.elapsed();
     assert!(status.success(), "exit code 0 after SIGTERM, got {status}");
     assert!(

@@ -235,7 +235,7 @@ async fn after_a_restart_deleting_a_child_still_triggers_its_owner() {
 }
 
 fn stop(mut operator: Operator) {
-    let status = operator.terminate(Duration::from_secs(30)).expect("operator exits after SIGTERM");
+    let status = operator.stop().expect("operator exits after SIGTERM");
     assert!(status.success(), "clean exit: {status}");
 }
 

@@ -130,7 +130,7 @@ async fn a_secret_value_a_playbook_prints_is_masked_in_logs_records_events_and_s
 
     // The operator's log: what it logged of the tasks.
     let mut operator = operator;
-    assert!(operator.terminate(Duration::from_secs(30)).is_some());
+    assert!(operator.stop().is_some());
     let text = operator.log();
     assert!(text.contains("[playbook debug]"), "{text}");
     assert_masked("the operator's log", &text);

@@ -74,7 +74,7 @@ async fn wait_for_failure(api: &Api<kube::api::DynamicObject>, name: &str, reaso
 /// file under the runner directory (artifacts included). Panics naming where a key line shows up.
 /// Stops the operator first: during a run the key is in `env/ssh_key`, by design.
 async fn assert_key_nowhere(setup: &mut Setup, key: &str) {
-    setup.operator.terminate(Duration::from_secs(30));
+    setup.operator.stop();
     let mut places: Vec<(String, String)> = vec![("operator log".into(), setup.operator.log())];
     let events: Api<Event> = Api::namespaced(setup.client.clone(), &setup.ns.name);
     let events = events.list(&ListParams::default()).await.unwrap();

@@ -26,7 +26,7 @@ fn watches() -> String {
 }
 
 fn stop(mut operator: Operator) {
-    assert!(operator.terminate(Duration::from_secs(30)).is_some_and(|s| s.success()), "a clean stop");
+    assert!(operator.stop().is_some_and(|s| s.success()), "a clean stop");
 }
 
 /// Each CR's last run completion (the `Running` condition's `ansibleResult.completion`), by name.

@@ -135,6 +135,13 @@ impl Operator {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM and waits as long as the operator's stop can take: runs in flight get its
+    /// graceful shutdown (30 s), then their kill its grace (5 s). A CR that failed is retried with
+    /// backoff, so a run may be in flight at any stop.
+    pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        self.terminate(Duration::from_secs(50))
+    }
+
     /// Sends SIGTERM and waits (up to `timeout`) for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         if let Ok(Some(status)) = self.child.try_wait() {
