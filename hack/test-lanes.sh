@@ -301,7 +301,7 @@ if ((${#failed[@]})); then
       /^test .* FAILED$/ { print name ": " $0 }
       /process didn.t exit successfully/ { print name ": " substr($0, 1, 300) }
       /^thread .* panicked at / { print name ": " $0; panicked = 1; next }
-      panicked { print name ":   " substr($0, 1, 300); panicked = 0 }
+      panicked { print name ":   " substr($0, 1, 700); panicked = 0 }
     ' "$logs/$name.log"
   done | tee "$logs/$label.failed"
   echo "test-lanes: $label: failed lanes: ${failed[*]}" >&2

@@ -17,7 +17,9 @@ use support::setup::Test;
 
 const GROUP: &str = "etcd.example.com";
 const KIND: &str = "EtcdCluster";
-const WAIT: Duration = Duration::from_secs(240);
+/// A step installs or changes etcd over SSH on up to four hosts, which beside CI's other lanes on
+/// two cores can take minutes.
+const WAIT: Duration = Duration::from_secs(480);
 
 /// Waits (membership changes reach every member within moments) until etcd, asked on `host`'s
 /// client URL, lists exactly `expected`.

@@ -16,7 +16,8 @@ use support::operator::scratch_dir;
 use support::setup::Test;
 
 const GROUP: &str = "etcd.example.com";
-const WAIT: Duration = Duration::from_secs(180);
+/// Installing the three members over SSH beside CI's other lanes on two cores took over 180 s.
+const WAIT: Duration = Duration::from_secs(420);
 /// Other ports than tests/etcd_cluster.rs's cluster, which may run on the same hosts.
 const CLIENT_PORT: u16 = 23890;
 const PEER_PORT: u16 = 23900;

@@ -45,7 +45,9 @@ impl ApiServer {
 
     fn curl(&self) -> Command {
         let mut curl = Command::new("curl");
-        curl.args(["--silent", "--show-error", "--max-time", "120"]);
+        // A plan answers when its playbook has run: over 120 s for four SSH hosts beside CI's
+        // other lanes on two cores.
+        curl.args(["--silent", "--show-error", "--max-time", "300"]);
         match &self.cacert {
             Some(cacert) => curl.arg("--cacert").arg(cacert),
             None => curl.arg("--insecure"),
