@@ -36,6 +36,8 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
+from . import process
+
 #: Settings read only when used (never copied at import), so they may differ between the worker
 #: and a run: per-run paths ansible-runner sets, the role path of role mode, the inventory
 #: behaviour the operator sets for rendered inventories, and the collection path (the collection
@@ -175,14 +177,12 @@ def _read(names: Iterable[str]) -> None:
 def environment_of(env: dict[str, str], cwd: str) -> Iterator[None]:
     """Runs the body with `env` as the process environment and `cwd` as working directory."""
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    os.environ.update(env)
+    process.replace_environment(env)
     os.chdir(cwd)
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
+        process.replace_environment(saved_env)
         os.chdir(saved_cwd)
 
 

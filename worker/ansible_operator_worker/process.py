@@ -13,7 +13,7 @@ import resource
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 _PR_SET_NAME = 15
@@ -111,10 +111,15 @@ def start_locale() -> None:
         return
 
 
-def replace_environment(env: dict[str, str]) -> None:
-    """`os.environ` (and the C environment) becomes exactly `env`."""
-    os.environ.clear()
-    os.environ.update(env)
+def replace_environment(env: Mapping[str, str]) -> None:
+    """`os.environ` (and the C environment) becomes exactly `env`. Only what differs is changed: a
+    run's environment is mostly the worker's, and emptying and refilling some hundred variables
+    (an unsetenv and a putenv each) takes half a millisecond, four times a run."""
+    for name in [name for name in os.environ if name not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def close_descriptors_from(lowest: int, keep: int | None = None) -> None:

@@ -57,3 +57,24 @@ def test_a_forked_run_gets_the_locale_a_started_interpreter_sets(locale_env: dic
     )
     assert started.returncode == 0 and forked.returncode == 0, started.stderr + forked.stderr
     assert forked.stdout == started.stdout
+
+
+def test_replacing_the_environment_leaves_exactly_the_new_one_in_python_and_in_c() -> None:
+    """What a run's programs inherit (the C environment) is what Python sees: variables removed,
+    changed, added and kept alike."""
+    script = (
+        "import os, subprocess; from ansible_operator_worker import process; "
+        "process.replace_environment({'PATH': os.environ['PATH'], 'KEPT': 'same', 'CHANGED': 'new', 'ADDED': 'yes'}); "
+        "print(sorted(os.environ.items()) == sorted(dict(line.split('=', 1) for line in "
+        "subprocess.run(['env'], capture_output=True, text=True, check=True).stdout.splitlines()).items()), "
+        "sorted(name for name in os.environ if name != 'PATH'))"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": os.pathsep.join(sys.path),
+        "KEPT": "same",
+        "CHANGED": "old",
+        "REMOVED": "1",
+    }
+    shown = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "True ['ADDED', 'CHANGED', 'KEPT']", shown.stderr

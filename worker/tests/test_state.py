@@ -424,6 +424,31 @@ def test_builtin_filter_and_test_plugins_loaded_by_the_worker_are_the_ones_a_run
     assert out[1] == "[]", "no filter or test plugin file is loaded again"
 
 
+def test_a_run_finds_the_filters_beside_its_playbook_beside_the_ones_the_worker_kept(tmp_path) -> None:
+    # In a child interpreter: the worker's kept filters and the added directory are the process's.
+    (tmp_path / "filter_plugins").mkdir()
+    (tmp_path / "filter_plugins" / "shout.py").write_text(
+        "class FilterModule:\n    def filters(self):\n        return {'shout': lambda text: text.upper() + '!'}\n"
+    )
+    code = textwrap.dedent(
+        f"""
+        from ansible_operator_worker import zygote
+        zygote._preload_jinja_plugins()
+        from ansible.plugins.loader import add_all_plugin_dirs
+        from ansible.template import Templar
+        from ansible.parsing.dataloader import DataLoader
+        try:
+            from ansible.template import trust_as_template  # 2.19: only trusted strings are templates
+        except ImportError:
+            trust_as_template = str
+        add_all_plugin_dirs({str(tmp_path)!r})  # what ansible-playbook does with the playbook's directory
+        print(Templar(loader=DataLoader()).template(trust_as_template("{{{{ 'hi' | shout }}}} {{{{ [2, 1] | sort }}}}")))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "HI! [1, 2]", out.stderr
+
+
 def test_payload_bytecode_is_kept_by_source_and_keeps_the_payloads_file_names(tmp_path) -> None:
     # In child interpreters: the cache patches zipimport for the whole process.
     code = textwrap.dedent(
