@@ -19,6 +19,9 @@ pub struct RunRequest<'a> {
     pub env: BTreeMap<String, String>,
     /// The working directory ansible-runner would be started in.
     pub cwd: String,
+    /// Tasks that never leave the controller run in the playbook process (left out when false).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub inline_tasks: bool,
 }
 
 /// Worker → operator.
@@ -209,11 +212,19 @@ mod tests {
     }
 
     #[test]
-    fn run_requests_are_tagged() {
-        let request = RunRequest { id: "9", argv: vec!["run".into()], env: BTreeMap::new(), cwd: "/".into() };
+    fn run_requests_are_tagged_and_ask_for_inline_tasks_only_when_they_want_them() {
+        let mut request = RunRequest {
+            id: "9",
+            argv: vec!["run".into()],
+            env: BTreeMap::new(),
+            cwd: "/".into(),
+            inline_tasks: false,
+        };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),
             serde_json::json!({"type": "run", "id": "9", "argv": ["run"], "env": {}, "cwd": "/"})
         );
+        request.inline_tasks = true;
+        assert_eq!(serde_json::to_value(&request).unwrap()["inline_tasks"], true);
     }
 }

@@ -42,6 +42,9 @@ pub struct RunSpec {
     pub executor: Option<crate::executor_mode::Executor>,
     /// Longest the run may take before its process tree is ended; `None`: no limit.
     pub timeout: Option<std::time::Duration>,
+    /// On the warm executor, tasks that never leave the controller (`assert`, `fail`, `debug`,
+    /// `set_fact`) run in the playbook process instead of a fork of their own (validations).
+    pub inline_tasks: bool,
 }
 
 /// The runner's inventory.
@@ -242,6 +245,7 @@ mod tests {
             ssh: None,
             executor: None,
             timeout: None,
+            inline_tasks: false,
         }
     }
 

@@ -214,7 +214,13 @@ pub async fn run(
     let mut env = spec_environment(spec, inherited.as_deref());
     env.extend(run_environment());
     env.push((leftovers::RUN_MARKER.into(), spec.ident.clone()));
-    let launch = Launch { id: &spec.ident, program: &settings.program, argv: spec.argv(), env };
+    let launch = Launch {
+        id: &spec.ident,
+        program: &settings.program,
+        argv: spec.argv(),
+        env,
+        inline_tasks: spec.inline_tasks,
+    };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
     let pid = started.pid;
     let mut tree = ProcessTree::new(pid);

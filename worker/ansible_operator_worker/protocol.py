@@ -1,8 +1,9 @@
 """Messages between the operator and the worker: one JSON object per SOCK_SEQPACKET datagram.
 
 Operator → worker:
-    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "..."}
-        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr.
+    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "...", "inline_tasks": bool}
+        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr;
+        `inline_tasks` (false when absent) asks for `inline_tasks.py`.
 Worker → operator:
     {"type": "ready", "pid": ..., "versions": {...}, "preload_seconds": ...}
     {"type": "started", "id": ..., "pid": ...}
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from dataclasses import dataclass
 from typing import Any
 
 #: Largest message either side sends (a run request carries the run's environment).
@@ -29,6 +31,21 @@ RUN_FDS = 2
 
 class ProtocolError(Exception):
     """A message that is not what the protocol allows."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run request, checked."""
+
+    id: str
+    #: ansible-runner's arguments after the program name.
+    argv: list[str]
+    #: The run's whole environment.
+    env: dict[str, str]
+    #: Its working directory.
+    cwd: str
+    #: Whether tasks that never leave the controller run in the playbook process.
+    inline_tasks: bool = False
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -78,9 +95,10 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     return message, fds
 
 
-def run_request(message: dict[str, Any]) -> tuple[str, list[str], dict[str, str], str]:
-    """The id, argv, environment and working directory of a run request, checked."""
+def run_request(message: dict[str, Any]) -> RunRequest:
+    """The run request in `message`, checked."""
     run_id, argv, env, cwd = message.get("id"), message.get("argv"), message.get("env"), message.get("cwd")
+    inline_tasks = message.get("inline_tasks", False)
     if not isinstance(run_id, str) or not run_id:
         raise ProtocolError("run: id must be a non-empty string")
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
@@ -89,7 +107,9 @@ def run_request(message: dict[str, Any]) -> tuple[str, list[str], dict[str, str]
         raise ProtocolError(f"run {run_id}: env must map strings to strings")
     if not isinstance(cwd, str) or not cwd:
         raise ProtocolError(f"run {run_id}: cwd must be a path")
-    return run_id, argv, env, cwd
+    if not isinstance(inline_tasks, bool):
+        raise ProtocolError(f"run {run_id}: inline_tasks must be true or false")
+    return RunRequest(run_id, argv, env, cwd, inline_tasks)
 
 
 def _close(fd: int) -> None:

@@ -13,8 +13,8 @@ from typing import NoReturn
 
 from . import ansible_state, playbook, process, protocol, runner_cli
 
-#: A run request: its id, argv, environment, working directory, stdout and stderr.
-Request = tuple[str, list[str], dict[str, str], str, int, int]
+#: A run request with its stdout and stderr.
+Request = tuple[protocol.RunRequest, int, int]
 
 
 def prepare() -> None:
@@ -40,17 +40,15 @@ def spare(receive: Callable[[], Request | None], control_fd: int, worker: playbo
 
 
 def main(
-    run_id: str,
-    argv: list[str],
-    env: dict[str, str],
-    cwd: str,
+    request: protocol.RunRequest,
     stdout: int,
     stderr: int,
     control_fd: int,
     worker: playbook.Worker,
     prepared: bool = False,
 ) -> NoReturn:
-    """Runs ansible-runner with `argv` (after the program name) and exits with its status."""
+    """Runs ansible-runner with the request's argv (after the program name) and exits with its
+    status."""
     status = 1
     try:
         if not prepared:
@@ -59,21 +57,21 @@ def main(
         process.redirect(stdin, stdout, stderr)
         for fd in {stdin, stdout, stderr} - {0, 1, 2}:
             os.close(fd)
-        process.replace_environment(env)
+        process.replace_environment(request.env)
         process.start_locale()
-        os.chdir(cwd)
+        os.chdir(request.cwd)
         process.standard_streams()
-        script = os.path.abspath(shutil.which("ansible-runner", path=env.get("PATH")) or "ansible-runner")
+        script = os.path.abspath(shutil.which("ansible-runner", path=request.env.get("PATH")) or "ansible-runner")
         process.set_name(script)
-        sys.argv = [script, *argv]
+        sys.argv = [script, *request.argv]
         sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
-        playbook.install(worker, run_id, control_fd)
+        playbook.install(worker, request.id, control_fd, inline=request.inline_tasks)
         runner_cli.install()
         from ansible_runner.__main__ import main as ansible_runner
 
         status = process.run_main(ansible_runner)
     finally:
-        process.finish(status, report=lambda code: _tell_exit(control_fd, run_id, code))
+        process.finish(status, report=lambda code: _tell_exit(control_fd, request.id, code))
 
 
 def _tell_exit(control_fd: int, run_id: str, code: int) -> None:

@@ -313,7 +313,7 @@ class Zygote:
 
     def _start_run(self, message: dict[str, Any], fds: list[int]) -> None:
         try:
-            run_id, argv, env, cwd = protocol.run_request(message)
+            request = protocol.run_request(message)
         except protocol.ProtocolError as error:
             for fd in fds:
                 os.close(fd)
@@ -326,15 +326,15 @@ class Zygote:
             except OSError as error:
                 for fd in fds:
                     os.close(fd)
-                protocol.send(self.control, {"type": "spawn_failed", "id": run_id, "error": f"fork: {error}"})
+                protocol.send(self.control, {"type": "spawn_failed", "id": request.id, "error": f"fork: {error}"})
                 return
             if pid == 0:
                 self._leave_serving()
-                run.main(run_id, argv, env, cwd, fds[0], fds[1], self.control.fileno(), self.worker)
+                run.main(request, fds[0], fds[1], self.control.fileno(), self.worker)
         for fd in fds:
             os.close(fd)
-        self.runs[pid] = run_id
-        protocol.send(self.control, {"type": "started", "id": run_id, "pid": pid})
+        self.runs[pid] = request.id
+        protocol.send(self.control, {"type": "started", "id": request.id, "pid": pid})
         if self.spare is None:
             self.spare = self._fork_spare()
 
@@ -449,5 +449,4 @@ def _run_request(sock: socket.socket) -> run.Request | None:
     sock.send(_TAKEN)
     sock.close()
     message, fds = received
-    run_id, argv, env, cwd = protocol.run_request(message)
-    return run_id, argv, env, cwd, fds[0], fds[1]
+    return protocol.run_request(message), fds[0], fds[1]

@@ -154,7 +154,7 @@ def test_run_requests_are_checked_and_carry_descriptors() -> None:
         received = protocol.receive(theirs)
         assert received is not None
         got, fds = received
-        assert protocol.run_request(got) == ("1", ["run"], {"A": "b"}, "/")
+        assert protocol.run_request(got) == protocol.RunRequest("1", ["run"], {"A": "b"}, "/")
         assert len(fds) == 2
         os.write(fds[0], b"x")
         assert os.read(read_end, 1) == b"x"
@@ -162,6 +162,9 @@ def test_run_requests_are_checked_and_carry_descriptors() -> None:
             os.close(fd)
         with pytest.raises(protocol.ProtocolError, match="env must map strings"):
             protocol.run_request({**message, "env": {"A": 1}})
+        assert protocol.run_request({**message, "inline_tasks": True}).inline_tasks
+        with pytest.raises(protocol.ProtocolError, match="inline_tasks must be true or false"):
+            protocol.run_request({**message, "inline_tasks": "yes"})
         ours.close()
         assert protocol.receive(theirs) is None
     finally:

@@ -1,0 +1,146 @@
+"""Tasks that never leave the controller, run in the playbook process, for the runs that ask for it
+(admission validations, which the API server waits for).
+
+Ansible forks a process for every task of every host, even for a task whose action never leaves
+the controller: an `assert`, a `fail`, a `debug`, a `set_fact`. On a small virtual machine that
+fork is most of such a task's time: the fork itself, the copy-on-write faults of both processes
+after it, the result's trip back (about 18 of a task's 25 ms on a two-core test machine). In a run
+that asks, such a task runs in the playbook process, as the forked process would have run it:
+Ansible's own `TaskExecutor`, on copies of the task and of its variables (what the fork would
+have copied), its result sent on the same queue to the same strategy.
+
+Any other task forks as before:
+- another action, or a builtin one whose plugin a playbook or collection shadows;
+- a task with a loop, `until`, delegation, `async` or a `timeout` (they run plugins, wait or set
+  alarms in the process that runs them);
+- a task whose templating calls a lookup plugin: a lookup may open connections or change state
+  that every later fork would inherit. It is given up before the lookup runs, its result thrown
+  away, and forked.
+
+ansible-core 2.18's executor is the one this knows; with another, every task forks."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import traceback
+from typing import Any
+
+#: The builtin actions run inline: none has a connection, runs a module or runs a plugin of its
+#: own (`_requires_connection = False` in each).
+ACTIONS = frozenset({"assert", "debug", "fail", "set_fact"})
+
+
+class _LookupWanted(BaseException):
+    """Raised where an inline task would load a lookup plugin: a BaseException, so that no
+    `except Exception` in Ansible turns it into the task's result."""
+
+
+def supported() -> bool:
+    """Whether this Ansible's task executor is the one this knows (ansible-core 2.18's)."""
+    from ansible.executor.task_executor import TaskExecutor
+
+    return "new_stdin" in inspect.signature(TaskExecutor.__init__).parameters
+
+
+def install() -> None:
+    """In the playbook process of a run that asks: the strategy's workers run eligible tasks
+    inline instead of forking."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    if not supported():
+        return
+    start = WorkerProcess.start
+
+    def start_inline_where_possible(self: Any) -> Any:
+        if eligible(self._task) and run_inline(self):
+            return None
+        return start(self)
+
+    WorkerProcess.start = start_inline_where_possible  # type: ignore[method-assign]
+
+
+def eligible(task: Any) -> bool:
+    """Whether `task` may run inline: one of `ACTIONS`, resolved to Ansible's own plugin, with
+    nothing that makes it wait, repeat, run elsewhere or run other plugins."""
+    if task.loop is not None or task.loop_with or task.until or task.delegate_to:
+        return False
+    if task.async_val or task.timeout:
+        return False
+    return _builtin_action(task.action, task.collections)
+
+
+def _builtin_action(action: str, collections: Any) -> bool:
+    from ansible.plugins import action as builtin_actions
+    from ansible.plugins.loader import action_loader, module_loader
+
+    name = action.rpartition(".")[2]
+    if name not in ACTIONS or action not in (name, f"ansible.builtin.{name}", f"ansible.legacy.{name}"):
+        return False
+    try:
+        found = action_loader.find_plugin_with_context(action, collection_list=collections)
+        module = module_loader.find_plugin_with_context(action, collection_list=collections)
+    except Exception:  # noqa: BLE001 - the forked task looks for it again and reports what fails
+        return False
+    if module.resolved and getattr(module, "action_plugin", None):
+        return False  # routed to another action plugin
+    builtin = os.path.join(os.path.dirname(builtin_actions.__file__), f"{name}.py")
+    return bool(found.resolved) and found.plugin_resolved_path == builtin
+
+
+def run_inline(worker: Any) -> bool:
+    """Runs the worker's task in this process and sends its result as the worker would; False
+    when it did not (the task called for a lookup plugin, or could not be copied): nothing was
+    sent, and the task is forked."""
+    from ansible.executor.task_executor import TaskExecutor
+    from ansible.plugins.loader import lookup_loader
+
+    try:
+        task = worker._task.copy()
+        task_vars = dict(worker._task_vars)
+    except Exception:  # noqa: BLE001 - the forked task meets the same and reports it
+        return False
+    wanted: list[str] = []
+
+    def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
+        wanted.append(name)
+        raise _LookupWanted()
+
+    own = lookup_loader.__dict__.get("get")
+    lookup_loader.get = refuse  # type: ignore[method-assign]
+    stdin = open(os.devnull)  # noqa: SIM115 - what the worker gives a task with no terminal
+    try:
+        result: dict[str, Any] = TaskExecutor(
+            worker._host,
+            task,
+            task_vars,
+            worker._play_context,
+            stdin,
+            worker._loader,
+            worker._shared_loader_obj,
+            worker._final_q,
+            worker._variable_manager,
+        ).run()
+    except _LookupWanted:
+        return False
+    except Exception:  # noqa: BLE001 - as the worker reports a task that raised
+        result = {"failed": True, "exception": traceback.format_exc(), "stdout": ""}
+    finally:
+        if own is None:
+            del lookup_loader.get
+        else:
+            lookup_loader.get = own  # type: ignore[method-assign]
+        stdin.close()
+    if wanted:
+        return False  # a lookup was wanted and its refusal swallowed on the way
+    _send(worker, task, result)
+    return True
+
+
+def _send(worker: Any, task: Any, result: dict[str, Any]) -> None:
+    """Puts the result on the strategy's queue, as `WorkerProcess._run` does."""
+    try:
+        worker._final_q.send_task_result(worker._host.name, task._uuid, result, task_fields=task.dump_attrs())
+    except Exception as error:  # noqa: BLE001 - the worker's surrogate for a result it cannot send
+        surrogate = {"failed": True, "msg": f"{error}", "exception": traceback.format_exc()}
+        worker._final_q.send_task_result(worker._host.name, task._uuid, surrogate, {})
