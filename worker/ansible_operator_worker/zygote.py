@@ -68,6 +68,7 @@ PRELOAD = (
     "ansible.plugins.action.normal",
     "ansible.plugins.action.command",
     "ansible.plugins.action.debug",
+    "ansible.plugins.action.fail",
     "ansible.plugins.action.set_fact",
     "ansible.plugins.action.assert",
     "ansible.plugins.become.runas",
