@@ -43,7 +43,7 @@ pub struct RunSpec {
     /// Longest the run may take before its process tree is ended; `None`: no limit.
     pub timeout: Option<std::time::Duration>,
     /// On the warm executor, tasks that never leave the controller (`assert`, `fail`, `debug`,
-    /// `set_fact`) run in the playbook process instead of a fork of their own (validations).
+    /// `set_fact`) run in the playbook process instead of a fork of their own (validations, plans).
     pub inline_tasks: bool,
 }
 

@@ -1,5 +1,5 @@
 """Tasks that never leave the controller, run in the playbook process, for the runs that ask for it
-(admission validations, which the API server waits for).
+(admission validations and plans: someone waits for their answer).
 
 Ansible forks a process for every task of every host, even for a task whose action never leaves
 the controller: an `assert`, a `fail`, a `debug`, a `set_fact`. On a small virtual machine that
