@@ -127,8 +127,8 @@ pub struct RunShape {
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_ARGS", default_value = "")]
     pub ansible_args: String,
 
-    /// Evaluate Jinja templates in CR strings, as upstream does (by default a CR string holding
-    /// `{{`, `{%` or `{#` reaches Ansible as unsafe text). A watch's `trustCRTemplates` wins.
+    /// Evaluate Jinja templates in CR strings, as upstream does (by default every CR string reaches
+    /// Ansible as unsafe text, as with upstream's `markUnsafe: true`). A watch's `trustCRTemplates` wins.
     #[arg(long, env = "ANSIBLE_OPERATOR_TRUST_CR_TEMPLATES", default_value = "false", num_args = 0..=1,
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub trust_cr_templates: bool,
@@ -267,6 +267,16 @@ pub struct RunArgs {
     /// per-kind `--max-concurrent-reconciles`). New CRs and spec changes go before resyncs.
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_RUNS", default_value_t = 0)]
     pub max_concurrent_runs: usize,
+
+    /// Plans (`POST …/plan`) that may run at once; more wait. They are apart from the runs'
+    /// budget, so a plan neither waits behind nor goes before a reconcile.
+    #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_PLANS", default_value_t = 2)]
+    pub max_concurrent_plans: usize,
+
+    /// Admission validations that may run at once; a review beyond them is denied at once, saying
+    /// so (the webhook answers whoever reaches the API port, and the API server waits).
+    #[arg(long, env = "ANSIBLE_OPERATOR_MAX_CONCURRENT_VALIDATIONS", default_value_t = 4)]
+    pub max_concurrent_validations: usize,
 
     /// What a start does with converged CRs (their last run succeeded for their generation):
     /// `all` runs every CR once, as upstream; `due` runs them when their reconcile period comes

@@ -108,6 +108,7 @@ pub fn run_spec(
         executor: watch.extensions.executor,
         timeout: watch.extensions.run_timeout(settings.run_timeout),
         inline_tasks: false,
+        env_removed: Vec::new(),
     }
 }
 
@@ -168,15 +169,13 @@ pub fn check_reserved(
     vars::check_reserved(&vars_input(watch, trust_cr_templates, object_json, finalizing))
 }
 
-/// Which CR strings a watch passes as unsafe text: all with `markUnsafe`, none where CR templates
-/// are trusted, else those holding a Jinja delimiter.
+/// Which CR strings a watch passes as unsafe text: all, unless the watch trusts its CRs'
+/// templates (`trustCRTemplates`, else the flag) and does not also ask for `markUnsafe`.
 pub fn unsafe_strings(watch: &Watch, trust_by_default: bool) -> vars::UnsafeStrings {
-    if watch.mark_unsafe {
-        vars::UnsafeStrings::All
-    } else if watch.extensions.trust_cr_templates.unwrap_or(trust_by_default) {
+    if !watch.mark_unsafe && watch.extensions.trust_cr_templates.unwrap_or(trust_by_default) {
         vars::UnsafeStrings::None
     } else {
-        vars::UnsafeStrings::Templates
+        vars::UnsafeStrings::All
     }
 }
 

@@ -40,8 +40,9 @@ pub struct VarsInput<'a> {
 /// 4. `_<group>_<kind>_spec`: the unconverted spec;
 /// 5. the watch vars, then the finalizer vars, verbatim.
 ///
-/// The CR's strings in 1, 3 and 4 are wrapped as `unsafe_strings` says (upstream wraps all of them
-/// with `markUnsafe`, none otherwise).
+/// The CR's strings in 1 to 4 are wrapped as `unsafe_strings` says: all of them by default (upstream
+/// wraps those of 1, 3 and 4 with `markUnsafe`, none otherwise). The name and namespace follow the
+/// API's name rules, but they are the CR author's strings too.
 ///
 /// Mirrors upstream `runner.go makeParameters`. Keys come out sorted (this crate uses serde_json
 /// without `preserve_order`), the same order Go's `encoding/json` writes a map in.
@@ -58,7 +59,7 @@ pub fn extra_vars(input: &VarsInput) -> Map<String, Value> {
         if input.snake_case_parameters { snake_case::snake_case_map_keys(spec) } else { spec.clone() };
     vars.values_mut().for_each(|value| *value = wrap(value, which));
 
-    vars.insert(META_KEY.to_owned(), meta(input.object));
+    vars.insert(META_KEY.to_owned(), wrap(&meta(input.object), which));
 
     let object_key = object_key(input.group, input.kind);
     let spec_key = format!("{object_key}_spec");
@@ -80,7 +81,7 @@ pub fn object_key(group: &str, kind: &str) -> String {
     format!("_{group}_{}", snake_case::go_to_lower(kind)).replace(['.', '-'], "_")
 }
 
-/// `{"name": .., "namespace": ..}`, never wrapped; a missing or non-string field is `""`.
+/// `{"name": .., "namespace": ..}`; a missing or non-string field is `""`.
 fn meta(object: &Value) -> Value {
     let field = |name: &str| {
         let value = object.pointer(&format!("/metadata/{name}")).and_then(Value::as_str).unwrap_or_default();
@@ -129,11 +130,6 @@ mod tests {
 
         fn unsafe_marked(mut self) -> Self {
             self.unsafe_strings = UnsafeStrings::All;
-            self
-        }
-
-        fn templates_inert(mut self) -> Self {
-            self.unsafe_strings = UnsafeStrings::Templates;
             self
         }
 
@@ -231,27 +227,22 @@ mod tests {
     }
 
     #[test]
-    fn mark_unsafe_wraps_spec_values_object_and_raw_spec_but_not_meta() {
+    fn mark_unsafe_wraps_spec_values_meta_object_and_raw_spec() {
         let fixture = Fixture::memcached().unsafe_marked();
         let vars = fixture.vars();
         assert_eq!(vars["foo_bar"], unsafe_str("{{ x }}"));
         assert_eq!(vars["size"], json!(3));
         assert_eq!(vars["nested_map"], json!({"inner_key": [unsafe_str("a")]}));
-        assert_eq!(vars[META_KEY], json!({"name": "sample", "namespace": "ns1"}));
+        assert_eq!(vars[META_KEY], json!({"name": unsafe_str("sample"), "namespace": unsafe_str("ns1")}));
         assert_eq!(vars["_cache_example_com_memcached"]["metadata"]["name"], unsafe_str("sample"));
         assert_eq!(vars["_cache_example_com_memcached_spec"]["fooBar"], unsafe_str("{{ x }}"));
     }
 
     #[test]
-    fn by_default_templates_in_spec_values_object_and_raw_spec_stay_text_and_nothing_else_changes() {
-        let fixture = Fixture::memcached().templates_inert();
-        let vars = fixture.vars();
-        assert_eq!(vars["foo_bar"], unsafe_str("{{ x }}"));
-        assert_eq!(vars["size"], json!(3));
-        assert_eq!(vars["nested_map"], json!({"inner_key": ["a"]}));
-        assert_eq!(vars["_cache_example_com_memcached"]["metadata"]["name"], json!("sample"));
-        assert_eq!(vars["_cache_example_com_memcached"]["spec"]["fooBar"], unsafe_str("{{ x }}"));
-        assert_eq!(vars["_cache_example_com_memcached_spec"]["fooBar"], unsafe_str("{{ x }}"));
+    fn by_default_every_cr_string_is_unsafe() {
+        let mut fixture = Fixture::memcached();
+        fixture.unsafe_strings = UnsafeStrings::default();
+        assert_eq!(fixture.vars(), Fixture::memcached().unsafe_marked().vars());
     }
 
     #[test]
@@ -311,8 +302,6 @@ mod fuzz {
     use super::*;
     use crate::proptest_support::{config, json, json_map, text};
 
-    const DELIMITERS: [&str; 3] = ["{{", "{%", "{#"];
-
     /// A CR: arbitrary metadata and spec (sometimes not a mapping at all), plus other top-level keys.
     fn object() -> impl Strategy<Value = Value> {
         let metadata = prop_oneof![
@@ -328,19 +317,16 @@ mod fuzz {
     }
 
     fn unsafe_strings() -> impl Strategy<Value = UnsafeStrings> {
-        prop_oneof![Just(UnsafeStrings::All), Just(UnsafeStrings::Templates), Just(UnsafeStrings::None)]
+        prop_oneof![Just(UnsafeStrings::All), Just(UnsafeStrings::None)]
     }
 
-    /// Strings in `value` that Ansible would template: not inside `{"__ansible_unsafe": ...}`,
-    /// and (unless `every` is set) holding a Jinja delimiter.
-    fn bare_strings(value: &Value, every: bool, found: &mut Vec<String>) {
+    /// Strings in `value` that Ansible would template: not inside `{"__ansible_unsafe": ...}`.
+    fn bare_strings(value: &Value, found: &mut Vec<String>) {
         match value {
-            Value::String(text) if every || DELIMITERS.iter().any(|d| text.contains(d)) => {
-                found.push(text.clone())
-            }
+            Value::String(text) => found.push(text.clone()),
             Value::Object(map) if map.len() == 1 && map.contains_key("__ansible_unsafe") => {}
-            Value::Object(map) => map.values().for_each(|item| bare_strings(item, every, found)),
-            Value::Array(items) => items.iter().for_each(|item| bare_strings(item, every, found)),
+            Value::Object(map) => map.values().for_each(|item| bare_strings(item, found)),
+            Value::Array(items) => items.iter().for_each(|item| bare_strings(item, found)),
             _ => {}
         }
     }
@@ -394,7 +380,8 @@ mod fuzz {
             });
 
             let field = |name: &str| object["metadata"][name].as_str().unwrap_or_default().to_string();
-            prop_assert_eq!(&vars[META_KEY], &json!({"name": field("name"), "namespace": field("namespace")}));
+            let meta = json!({"name": field("name"), "namespace": field("namespace")});
+            prop_assert_eq!(&vars[META_KEY], &wrap(&meta, which));
             let object_key = object_key(&group, &kind);
             let spec = object["spec"].as_object().cloned().unwrap_or_default();
             let spec_key = format!("{object_key}_spec");
@@ -404,18 +391,16 @@ mod fuzz {
                 prop_assert_eq!(&vars[key], last);
             }
 
-            // Everything taken from the CR: the spec keys, the object and the raw spec.
+            // Everything taken from the CR: the spec keys, the meta, the object and the raw spec.
             let from_cr: Vec<&Value> = vars
                 .iter()
-                .filter(|(key, _)| *key != META_KEY && !watch_vars.contains_key(*key)
+                .filter(|(key, _)| !watch_vars.contains_key(*key)
                     && !finalizer_vars.as_ref().is_some_and(|vars| vars.contains_key(*key)))
                 .map(|(_, value)| value)
                 .collect();
             let mut bare = Vec::new();
-            match which {
-                UnsafeStrings::All => from_cr.iter().for_each(|value| bare_strings(value, true, &mut bare)),
-                UnsafeStrings::Templates => from_cr.iter().for_each(|value| bare_strings(value, false, &mut bare)),
-                UnsafeStrings::None => {}
+            if which == UnsafeStrings::All {
+                from_cr.iter().for_each(|value| bare_strings(value, &mut bare));
             }
             prop_assert!(bare.is_empty(), "strings Ansible would template: {bare:?}");
 
@@ -434,16 +419,6 @@ mod fuzz {
                 {
                     prop_assert_eq!(&unwrap(&vars[&name]), value);
                 }
-            }
-        }
-
-        #[test]
-        fn templates_mode_wraps_exactly_the_strings_with_a_delimiter(text in text()) {
-            let wrapped = wrap(&Value::String(text.clone()), UnsafeStrings::Templates);
-            if DELIMITERS.iter().any(|d| text.contains(d)) {
-                prop_assert_eq!(wrapped, json!({"__ansible_unsafe": text}));
-            } else {
-                prop_assert_eq!(wrapped, Value::String(text));
             }
         }
     }

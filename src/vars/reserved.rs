@@ -114,7 +114,7 @@ mod tests {
             group: "etcd.example.com",
             kind: "EtcdCluster",
             snake_case_parameters,
-            unsafe_strings: UnsafeStrings::Templates,
+            unsafe_strings: UnsafeStrings::All,
             watch_vars: &watch_vars,
             finalizer_vars: None,
         })

@@ -1,23 +1,19 @@
-//! Marking CR strings unsafe so Ansible never templates them: every string (upstream's
-//! `markUnsafe`), or, by default, the strings that hold a Jinja delimiter. A CR author may write
-//! `{{ lookup('pipe', 'id') }}` into a spec; evaluated, it runs on the operator's host.
+//! Marking CR strings unsafe so Ansible never templates them. A CR author may write
+//! `{{ lookup('pipe', 'id') }}` into a spec, or hide it behind a `#jinja2:` header that changes the
+//! delimiters; evaluated, it runs on the operator's host. So every string is wrapped, whatever it
+//! holds: looking for delimiters is a list of bad shapes, and Ansible keeps adding shapes.
 
 use serde_json::{Map, Value};
 
 /// The key Ansible's JSON extra-vars decoder turns into `AnsibleUnsafeText`.
 const UNSAFE_KEY: &str = "__ansible_unsafe";
 
-/// What Jinja starts an expression, a statement or a comment with.
-const DELIMITERS: [&str; 3] = ["{{", "{%", "{#"];
-
 /// Which strings from the CR reach Ansible as unsafe text (kept literal, never templated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum UnsafeStrings {
-    /// Every string (watch `markUnsafe: true`, upstream's meaning).
-    All,
-    /// Strings holding `{{`, `{%` or `{#` (the default): everything else is passed as upstream does.
+    /// Every string: the default, and upstream's `markUnsafe: true`.
     #[default]
-    Templates,
+    All,
     /// None: templates in CRs are evaluated, as upstream does by default (`trustCRTemplates`).
     None,
 }
@@ -34,7 +30,7 @@ pub fn mark_unsafe(value: &Value) -> Value {
 #[must_use]
 pub fn wrap(value: &Value, which: UnsafeStrings) -> Value {
     match value {
-        Value::String(s) if selected(s, which) => {
+        Value::String(s) if which == UnsafeStrings::All => {
             let mut wrapped = Map::new();
             wrapped.insert(UNSAFE_KEY.to_owned(), Value::String(s.clone()));
             Value::Object(wrapped)
@@ -44,14 +40,6 @@ pub fn wrap(value: &Value, which: UnsafeStrings) -> Value {
             Value::Object(map.iter().map(|(key, item)| (key.clone(), wrap(item, which))).collect())
         }
         Value::String(_) | Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
-    }
-}
-
-fn selected(text: &str, which: UnsafeStrings) -> bool {
-    match which {
-        UnsafeStrings::All => true,
-        UnsafeStrings::Templates => DELIMITERS.iter().any(|d| text.contains(d)),
-        UnsafeStrings::None => false,
     }
 }
 
@@ -79,15 +67,13 @@ mod tests {
     }
 
     #[test]
-    fn by_default_only_strings_with_a_jinja_delimiter_are_wrapped() {
-        let input = json!({"message": "{{ lookup('pipe', 'id -un') }}", "loop": "{% for x in y %}",
-                           "comment": "{# hi #}", "plain": "a } { b", "json": "{\"a\": {\"b\": 1}}",
-                           "list": ["x", "{{ y }}"], "size": 3});
-        let want = json!({"message": {"__ansible_unsafe": "{{ lookup('pipe', 'id -un') }}"},
-                          "loop": {"__ansible_unsafe": "{% for x in y %}"}, "comment": {"__ansible_unsafe": "{# hi #}"},
-                          "plain": "a } { b", "json": "{\"a\": {\"b\": 1}}",
-                          "list": ["x", {"__ansible_unsafe": "{{ y }}"}], "size": 3});
-        assert_eq!(wrap(&input, UnsafeStrings::Templates), want);
+    fn by_default_every_string_is_wrapped_whatever_it_holds() {
+        let header =
+            "#jinja2:variable_start_string:'[[', variable_end_string:']]'\n[[ lookup('pipe', 'id') ]]";
+        let input = json!({"header": header, "plain": "a } { b", "list": ["x"], "size": 3});
+        let want = json!({"header": {"__ansible_unsafe": header}, "plain": {"__ansible_unsafe": "a } { b"},
+                          "list": [{"__ansible_unsafe": "x"}], "size": 3});
+        assert_eq!(wrap(&input, UnsafeStrings::default()), want);
         assert_eq!(wrap(&input, UnsafeStrings::None), input);
     }
 
