@@ -20,8 +20,8 @@ use crate::health::SyncToken;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
-use crate::reconcile::budget::Budget;
 use crate::reconcile::{self, Context, Settings};
+use crate::run::Budget;
 use crate::watch_errors::WatchErrors;
 use crate::watches::{Gvk, Watch};
 

@@ -30,6 +30,7 @@ pub mod proxy;
 pub mod reconcile;
 pub mod recorder;
 pub mod remote;
+pub mod run;
 pub mod runner;
 pub mod sharding;
 pub mod status;

@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["api", "health"],
     &["admission"],
     &["reconcile"],
+    &["run"],
     &["remote", "vars", "status", "proxy", "sharding", "plan"],
     &["runner", "leader"],
     &["executor", "history"],

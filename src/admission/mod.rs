@@ -14,17 +14,15 @@ pub mod review;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use kube::ResourceExt;
-
 use crate::proxy::Proxy;
-use crate::proxy::credentials::Grant;
 use crate::proxy::owner::Owner;
 use crate::reconcile::inputs::Composer;
 use crate::reconcile::{check_reserved, new_ident, plan_args, run_spec, unsafe_strings};
-use crate::runner;
+use crate::run::{Acting, Door, Launch, Permit};
 use crate::vars;
 use crate::watches::Gvk;
 pub use review::{Request, Verdict};
@@ -33,11 +31,11 @@ pub use review::{Request, Verdict};
 pub struct Validator {
     /// The composers of the kinds with `validate`.
     kinds: Vec<Arc<Composer>>,
-    /// How runs start (the warm executor, the cold one).
-    runner: runner::Settings,
+    /// The door runs go through: a validation takes a permit of its lane there.
+    door: Arc<Door>,
     /// Where validation runs' directories are made (`<runner dir>/.admission/<ident>`).
     root: PathBuf,
-    /// The API proxy, which issues each run its plan-only credential.
+    /// The API proxy, which issues each run its dry-run credential.
     proxy: Arc<Proxy>,
 }
 
@@ -51,12 +49,12 @@ impl Validator {
     /// A validator for the kinds among `kinds` whose watch has `validate`.
     pub fn new(
         kinds: impl IntoIterator<Item = Arc<Composer>>,
-        runner: runner::Settings,
+        door: Arc<Door>,
         runner_dir: PathBuf,
         proxy: Arc<Proxy>,
     ) -> Self {
         let kinds = kinds.into_iter().filter(|c| c.watch.extensions.validate.is_some()).collect();
-        Validator { kinds, runner, root: runner_dir.join(".admission"), proxy }
+        Validator { kinds, door, root: runner_dir.join(".admission"), proxy }
     }
 
     /// The composer of a kind this validator serves.
@@ -65,16 +63,29 @@ impl Validator {
     }
 
     /// Answers one AdmissionReview body for `gvk`: an answer always, denying on any error of ours.
-    pub async fn review(&self, gvk: &Gvk, body: &Value) -> Value {
+    /// A body is read in full only for a kind this validator serves, and only with a slot of the
+    /// validation lane: whoever reaches the port may send one.
+    pub async fn review(&self, gvk: &Gvk, body: &[u8]) -> Value {
+        let deny = |message: String| review::answer(&review::uid_of(body), &Verdict::Denied(message));
+        let Some(composer) = self.kind(gvk) else {
+            return deny(format!("the operator has no validate playbook for {gvk}"));
+        };
+        let permit = match self.door.lanes().validation_permit() {
+            Ok(permit) => permit,
+            Err(busy) => {
+                tracing::warn!(kind = %gvk, limit = busy.limit, "validation refused: the lane is full");
+                return deny(busy.to_string());
+            }
+        };
         let request = match Request::parse(body) {
             Ok(request) => request,
             Err(error) => {
-                let uid = body.pointer("/request/uid").and_then(Value::as_str).unwrap_or_default();
-                return review::answer(uid, &Verdict::Denied(error.to_string()));
+                tracing::info!(kind = %gvk, %error, "review refused");
+                return deny(error.to_string());
             }
         };
         let started = std::time::Instant::now();
-        let verdict = self.validate(gvk, &request).await;
+        let verdict = self.validate(composer, &request, &permit).await;
         let allowed = verdict == Verdict::Allowed;
         tracing::info!(
             kind = %gvk, operation = %request.operation, allowed,
@@ -83,11 +94,9 @@ impl Validator {
         review::answer(&request.uid, &verdict)
     }
 
-    async fn validate(&self, gvk: &Gvk, request: &Request) -> Verdict {
-        let Some(composer) = self.kind(gvk) else {
-            return Verdict::Denied(format!("the operator has no validate playbook for {gvk}"));
-        };
+    async fn validate(&self, composer: &Composer, request: &Request, permit: &Permit) -> Verdict {
         let watch = &composer.watch;
+        let gvk = &watch.gvk;
         let Some(validate) = &watch.extensions.validate else {
             return Verdict::Denied(format!("the operator has no validate playbook for {gvk}"));
         };
@@ -112,7 +121,17 @@ impl Validator {
         let which = unsafe_strings(watch, inputs.trust_cr_templates);
         let admission = request.admission_var(|value| vars::wrap(value, which));
         spec.extra_vars.insert(review::ADMISSION_VAR.into(), admission);
-        let verdict = match self.run(gvk, &object, &mut spec).await {
+        let dir = spec.dir.clone();
+        let owner = Owner {
+            gvk: gvk.clone(),
+            name: object.name_any(),
+            uid: object.uid().unwrap_or_default(),
+            namespace: object.namespace(),
+            shard_label: None,
+        };
+        let launch = Launch { spec, owner, acting: Acting::default(), live: None };
+        let ran = self.door.launch(&self.proxy, permit, launch).await;
+        let verdict = match ran.report {
             Ok(report) => review::verdict(&report),
             Err(error) => {
                 let error = crate::logging::error_chain(&error);
@@ -121,34 +140,9 @@ impl Validator {
             }
         };
         // The answer does not wait for the run's files to go (about a millisecond for a short play).
-        let dir = spec.dir;
         tokio::task::spawn_blocking(move || {
             let _ = std::fs::remove_dir_all(dir);
         });
         verdict
-    }
-
-    /// Issues the run a plan-only credential, writes its kubeconfig and runs.
-    async fn run(
-        &self,
-        gvk: &Gvk,
-        object: &DynamicObject,
-        spec: &mut runner::RunSpec,
-    ) -> Result<runner::Report, runner::Error> {
-        let dir = spec.dir.clone();
-        let write_error = |source| runner::Error::WriteInput { dir: dir.clone(), source };
-        let namespace = object.namespace();
-        let owner = Owner {
-            gvk: gvk.clone(),
-            name: object.name_any(),
-            uid: object.uid().unwrap_or_default(),
-            namespace: namespace.clone(),
-            shard_label: None,
-        };
-        let issued = self.proxy.credentials().issue(Grant::plan(owner)).map_err(write_error)?;
-        let token = &issued.token;
-        crate::proxy::kubeconfig::install(spec, self.proxy.port(), token, namespace.as_deref())
-            .map_err(write_error)?;
-        runner::run(&self.runner, spec, None, &issued.grant.secrets).await
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use axum::Json;
+use axum::body::Bytes;
 use axum::extract::{Path, State as Extract};
 use serde::Deserialize;
 use serde_json::Value;
@@ -21,18 +22,20 @@ pub struct KindPath {
     kind: String,
 }
 
-/// Runs the kind's validate playbook on the request and answers.
+/// Runs the kind's validate playbook on the request and answers. The body is taken as bytes (at
+/// most [`review::BODY_LIMIT`], see the route) and read by the validator, which answers a body it
+/// cannot read with an `AdmissionReview` too.
 pub async fn validate(
     Extract(state): Extract<Arc<State>>,
     Path(path): Path<KindPath>,
-    Json(body): Json<Value>,
+    body: Bytes,
 ) -> Json<Value> {
     let gvk = Gvk { group: path.group, version: path.version, kind: path.kind };
     Json(match &state.validator {
         Some(validator) => validator.review(&gvk, &body).await,
-        None => {
-            let uid = body.pointer("/request/uid").and_then(Value::as_str).unwrap_or_default();
-            review::answer(uid, &Verdict::Denied(format!("the operator has no validate playbook for {gvk}")))
-        }
+        None => review::answer(
+            &review::uid_of(&body),
+            &Verdict::Denied(format!("the operator has no validate playbook for {gvk}")),
+        ),
     })
 }

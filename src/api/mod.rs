@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::StatusCode;
@@ -144,7 +145,10 @@ fn router(state: Arc<State>) -> Router {
         .route(&format!("{cr}/resume"), post(handlers::resume))
         .route(&format!("{cr}/plan"), post(handlers::plan))
         .route("/api/v1/namespaces/{namespace}/{plural}/{name}/plan", post(handlers::plan_by_plural))
-        .route("/validate/{group}/{version}/{kind}", post(admission::validate))
+        .route(
+            "/validate/{group}/{version}/{kind}",
+            post(admission::validate).layer(DefaultBodyLimit::max(crate::admission::review::BODY_LIMIT)),
+        )
         .merge(console::routes())
         .fallback(|| async { Error::NotFound("no such endpoint".into()) })
         .with_state(state)

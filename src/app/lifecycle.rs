@@ -154,7 +154,7 @@ async fn stop_at_once(wired: &Wiring, mut tasks: JoinSet<()>) {
     };
     tracing::error!(target: TARGET, lease, "lost the lease: stopping at once");
     wired.shutdown.cancel();
-    wired.settings.runner.active.terminate_all(Duration::ZERO).await;
+    wired.settings.door.runner().active.terminate_all(Duration::ZERO).await;
     tasks.shutdown().await;
 }
 
@@ -176,7 +176,7 @@ async fn shut_down(
         _ = drained => {}
         _ = tokio::time::sleep(args.graceful_shutdown_timeout) => {
             tracing::warn!(target: TARGET, "graceful shutdown timed out");
-            wired.settings.runner.active.terminate_all(runner::process::TERMINATION_GRACE).await;
+            wired.settings.door.runner().active.terminate_all(runner::process::TERMINATION_GRACE).await;
         }
         _ = shutdown_signal() => tracing::warn!(target: TARGET, "second signal: stopping at once"),
     }

@@ -94,7 +94,7 @@ pub(super) async fn serve_api(
     let validator = (!validated.is_empty()).then(|| {
         Arc::new(Validator::new(
             kinds.iter().map(|kind| kind.composer.clone()),
-            wired.settings.runner.clone(),
+            wired.settings.door.clone(),
             args.runner_dir.clone(),
             proxy.clone(),
         ))

@@ -18,9 +18,9 @@ use crate::leader;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
-use crate::reconcile::budget::Budget;
 use crate::reconcile::{Pacer, Settings};
 use crate::recorder::{Recorder, Reporter};
+use crate::run::{Door, Limits};
 use crate::runner::{self, Inventory};
 use crate::sharding::{self, Membership};
 use crate::toolchain;
@@ -355,22 +355,28 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
     Settings {
         reconcile_period: args.reconcile_period,
         run_timeout: args.ansible_run_timeout,
-        runner: runner::Settings {
-            program: PathBuf::from(RUNNER),
-            log_events: args.ansible_log_events,
-            log_raw_stdout: var("ANSIBLE_VERBOSITY")
-                .and_then(|v| v.parse::<u8>().ok())
-                .is_some_and(|v| v > 0),
-            debug_logs: var("ANSIBLE_DEBUG_LOGS").is_some_and(parse_go_bool),
-            active: Default::default(),
-            launcher: shared.launcher,
-        },
+        door: Arc::new(Door::new(
+            runner::Settings {
+                program: PathBuf::from(RUNNER),
+                log_events: args.ansible_log_events,
+                log_raw_stdout: var("ANSIBLE_VERBOSITY")
+                    .and_then(|v| v.parse::<u8>().ok())
+                    .is_some_and(|v| v > 0),
+                debug_logs: var("ANSIBLE_DEBUG_LOGS").is_some_and(parse_go_bool),
+                active: Default::default(),
+                launcher: shared.launcher,
+            },
+            Limits {
+                runs: args.max_concurrent_runs,
+                plans: args.max_concurrent_plans,
+                validations: args.max_concurrent_validations,
+            },
+        )),
         runner_dir: args.runner_dir.clone(),
         ansible_args: args.shape.ansible_args.clone(),
         inventory: inventory(env),
         role_skip_facts: role_skip_facts(env),
         playbook_env: shared.playbook_env,
-        budget: Budget::new(args.max_concurrent_runs),
         startup_resync: args.startup_resync,
         resync_jitter: args.resync_jitter,
         resync_pacer: Arc::new(Pacer::new(args.max_resyncs_per_second)),

@@ -243,6 +243,9 @@ fn request<'a>(launch: &'a Launch<'_>) -> Result<RunRequest<'a>, Error> {
         env.insert(name.to_string(), value.to_string());
     }
     env.extend(launch.env.iter().cloned());
+    for name in launch.env_removed {
+        env.remove(name);
+    }
     let cwd = std::env::current_dir().map_err(Error::Io)?;
     let cwd = cwd.to_str().ok_or_else(|| not_text("the working directory"))?.to_string();
     Ok(RunRequest { id: launch.id, argv, env, cwd, inline_tasks: launch.inline_tasks })

@@ -130,7 +130,11 @@ fn warm(run: connection::WarmRun) -> Started {
 
 /// ansible-runner as a child process in its own process group.
 fn start_cold(launch: Launch<'_>) -> Result<Started, Error> {
-    let mut child = Command::new(launch.program)
+    let mut command = Command::new(launch.program);
+    for name in launch.env_removed {
+        command.env_remove(name);
+    }
+    let mut child = command
         .args(&launch.argv)
         .envs(launch.env)
         .stdin(Stdio::null())

@@ -10,7 +10,6 @@ use kube::api::ApiResource;
 use kube::runtime::controller::Action;
 
 use super::backoff;
-use super::budget::Budget;
 use super::pace::Pacer;
 use super::schedule::{Jitter, Seen, StartupResync};
 use crate::go_duration;
@@ -18,6 +17,7 @@ use crate::kubeapi;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::remote;
+use crate::run::{Budget, Door};
 use crate::runner::{self, Inventory};
 use crate::status;
 use crate::vars;
@@ -30,8 +30,9 @@ pub struct Settings {
     pub reconcile_period: Duration,
     /// `--ansible-run-timeout` (zero: no limit; a watch's `runTimeout` wins).
     pub run_timeout: Duration,
-    /// Runner settings (program, logging).
-    pub runner: runner::Settings,
+    /// The door every run goes through: its lanes (the global run budget,
+    /// `--max-concurrent-runs`), credentials and the runner.
+    pub door: Arc<Door>,
     /// Where the per-CR data directories live.
     pub runner_dir: PathBuf,
     /// `--ansible-args`.
@@ -42,8 +43,6 @@ pub struct Settings {
     pub role_skip_facts: bool,
     /// Further environment for playbooks (`--ansible-roles-path`, `--ansible-collections-path`).
     pub playbook_env: Vec<(String, String)>,
-    /// The global run budget (`--max-concurrent-runs`).
-    pub budget: Arc<Budget>,
     /// `--startup-resync`: whether a converged CR runs when the operator starts or when it is due.
     pub startup_resync: StartupResync,
     /// `--resync-jitter`: the spread added to periodic resyncs.

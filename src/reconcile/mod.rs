@@ -9,7 +9,6 @@
 mod admit;
 pub mod annotations;
 pub mod backoff;
-pub mod budget;
 mod conclude;
 mod context;
 mod cr;
@@ -39,8 +38,8 @@ use crate::go_duration;
 use crate::history::trigger::Scheduled;
 use crate::logging::error_chain;
 use crate::metrics::ReconcileOutcome;
+use crate::run::{Permit, Priority};
 use admit::Admission;
-use budget::{Permit, Priority};
 use context::Next;
 pub use context::{Context, Error, Settings};
 pub use cr::key_of;
@@ -200,7 +199,7 @@ async fn reconcile_inner(
     let name = object.name_any();
     // Wait for the run budget before reading the CR: everything below (the spec the run gets, the
     // generation its status names) comes from one read made after the wait.
-    let _permit = wait_for_budget(ctx, object, paced).await;
+    let permit = wait_for_budget(ctx, object, paced).await;
     let Some(mut current) = cr::get(&api, &name, key).await? else {
         return Ok(Next::AwaitChange);
     };
@@ -242,7 +241,7 @@ async fn reconcile_inner(
     }
     let target = target(&current);
 
-    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal, run::Mode::Real).await {
+    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal, &permit).await {
         Ok(finished) => {
             let verdict = judge::main(&finished.report, finished.inventory_hosts.as_deref(), key);
             journal.report = Some(finished.report);
@@ -259,7 +258,7 @@ async fn wait_for_budget(ctx: &Context, object: &DynamicObject, paced: bool) -> 
     let periodic = if paced { Priority::Resync } else { Priority::Urgent };
     ctx.settings.resync_pacer.pass(periodic, || ctx.metrics.resync_waiting()).await;
     let _waiting = ctx.metrics.waiting();
-    ctx.settings.budget.acquire(priority(object)).await
+    ctx.settings.door.lanes().reconcile_permit(priority(object)).await
 }
 
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.

@@ -10,7 +10,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
-use super::budget::Priority;
+use crate::run::Priority;
 
 /// Governor's limiter on tokio's clock, so the pace follows tokio's (and tests' paused) time.
 type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;

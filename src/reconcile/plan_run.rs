@@ -12,16 +12,16 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::budget::Priority;
 use super::context::{Context, Error, Next};
 use super::cr::key_of;
 use super::journal::{self, Journal};
 use super::judge::{self, Verdict};
 use super::plan::{self, Flags, Step};
-use super::run::{self, Mode};
+use super::run;
 use super::spec::{new_ident, plan_dir};
 use crate::job_event::JobEvent;
 use crate::logging::error_chain;
+use crate::run::Permit;
 
 /// Runs plans of one watched kind's CRs.
 #[derive(Clone)]
@@ -77,10 +77,10 @@ impl Planner {
         );
         async move {
             tracing::info!(by, "plan asked for");
-            // A plan runs Ansible as a run does: it waits for the run budget like new work.
-            let _permit = ctx.settings.budget.acquire(Priority::Urgent).await;
+            // A plan waits in a lane of its own, neither behind nor before the reconciles.
+            let permit = ctx.settings.door.lanes().plan_permit().await;
             let mut journal = Journal::plan(by, live.metadata.generation);
-            let result = self.run(&proposed, &key, ident.clone(), &mut journal).await;
+            let result = self.run(&proposed, &key, ident.clone(), &mut journal, &permit).await;
             let message = match &result {
                 Err(error) if journal.report.as_ref().is_none_or(|r| r.outcome.failures.is_empty()) => {
                     Some(error_chain(error))
@@ -111,6 +111,7 @@ impl Planner {
         key: &str,
         ident: String,
         journal: &mut Journal,
+        permit: &Permit,
     ) -> Result<Next, Error> {
         let ctx = &*self.ctx;
         let planned = plan::plan(proposed, &ctx.watch, Flags::of(&ctx.settings)).map_err(|f| *f.error)?;
@@ -118,7 +119,7 @@ impl Planner {
         if let Some(refusal) = run.refusal {
             return Err(*refusal.error);
         }
-        let finished = run::run(ctx, proposed, false, ident, key, journal, Mode::Plan).await;
+        let finished = run::run(ctx, proposed, false, ident, key, journal, permit).await;
         let verdict = match finished {
             Ok(finished) => {
                 let verdict = judge::main(&finished.report, finished.inventory_hosts.as_deref(), key);

@@ -2,8 +2,6 @@
 //! target or the finalizer, each run with a proxy credential of its own. A plan takes the same
 //! steps in check mode (see [`Mode`]).
 
-use std::path::PathBuf;
-
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -13,21 +11,10 @@ use super::journal::Journal;
 use super::judge::{self, Failure};
 use super::spec::{new_ident, plan_args, plan_dir, run_spec};
 use crate::history::record::RunInput;
-use crate::proxy::Proxy;
-use crate::proxy::credentials::{Grant, Issued};
 use crate::proxy::owner::Owner;
 use crate::remote;
+use crate::run::{Acting, Lane, Launch, Permit};
 use crate::runner::{self, RunSpec};
-
-/// A real run, or a plan's: check mode with `--diff`, a plan-only proxy credential (every write a
-/// server-side dry run), a data directory of its own, and no live log as the CR's run in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// A run that acts.
-    Real,
-    /// A plan, in the directory of the plan with this main ident.
-    Plan,
-}
 
 /// A main run that ended: its report, and the inventory's hosts when the watch renders one.
 #[derive(Debug)]
@@ -39,8 +26,10 @@ pub struct Finished {
 }
 
 /// Prepares the hosts, runs the precheck (unless finalizing) and then the main target or the
-/// finalizer. A failure before the main run ends, or a main run that could not start, is returned
-/// for the status.
+/// finalizer, under `permit`. A permit of the plan lane makes it a plan: check mode with `--diff`, a
+/// dry-run proxy credential, a data directory of its own, and no live log as the CR's run in
+/// flight. A failure before the main run ends, or a main run that could not start, is returned for
+/// the status.
 pub async fn run(
     ctx: &Context,
     current: &DynamicObject,
@@ -48,8 +37,9 @@ pub async fn run(
     ident: String,
     key: &str,
     journal: &mut Journal,
-    mode: Mode,
+    permit: &Permit,
 ) -> Result<Finished, Failure> {
+    let plan = permit.lane() == Lane::Plan;
     let object_json = serde_json::to_value(current).unwrap_or(Value::Null);
     let namespace = current.namespace();
     let remote = remote::prepare(&ctx.client, &ctx.watch.extensions, &object_json, namespace.as_deref())
@@ -62,7 +52,7 @@ pub async fn run(
     let spec_of = |ident| {
         let mut spec =
             run_spec(&ctx.watch, &inputs, current, &object_json, finalizing, ident, remote.as_ref());
-        if mode == Mode::Plan {
+        if plan {
             spec.dir = plan_dir(&ctx.settings, &main_ident);
             spec.ansible_args = plan_args(&spec.ansible_args);
             // Its caller waits for the answer, as the API server waits for a validation's.
@@ -73,7 +63,7 @@ pub async fn run(
     if let (false, Some(precheck)) = (finalizing, &ctx.watch.extensions.precheck) {
         let mut spec = spec_of(new_ident());
         spec.target = precheck.clone();
-        let report = run_ansible(ctx, current, spec, journal, mode)
+        let report = run_ansible(ctx, current, spec, journal, permit)
             .await
             .map_err(|source| Failure::unable_to_run(key, source))?;
         if let Some(failure) = judge::precheck(&report, inventory_hosts, key) {
@@ -82,56 +72,27 @@ pub async fn run(
         }
     }
     let spec = spec_of(ident);
-    if mode == Mode::Real {
+    if !plan {
         if ctx.settings.record_run_inputs {
             journal.input = Some(RunInput { object: object_json.clone(), finalizing });
         }
         journal.log = Some(spec.artifact_dir().join("stdout").display().to_string());
     }
-    let report = run_ansible(ctx, current, spec, journal, mode)
+    let report = run_ansible(ctx, current, spec, journal, permit)
         .await
         .map_err(|source| Failure::unable_to_run(key, source))?;
     Ok(Finished { report, inventory_hosts: inventory_hosts.map(<[String]>::to_vec) })
 }
 
-/// Runs ansible-runner once with a proxy credential of its own, revoked when the run ends. The
-/// objects it wrote and read and its executor go to the journal.
+/// Runs ansible-runner once through the door, under `permit`. The objects it wrote and read and
+/// its executor go to the journal.
 async fn run_ansible(
     ctx: &Context,
     object: &DynamicObject,
-    mut spec: RunSpec,
+    spec: RunSpec,
     journal: &mut Journal,
-    mode: Mode,
+    permit: &Permit,
 ) -> Result<runner::Report, runner::Error> {
-    let (issued, kubeconfig) = proxy_credential(&ctx.proxy, ctx, object, &mut spec, mode == Mode::Plan)
-        .map_err(|source| runner::Error::WriteInput { dir: spec.dir.clone(), source })?;
-    let in_flight = ctx.metrics.run_started();
-    let trigger = serde_json::to_value(&journal.trigger).unwrap_or_default();
-    // A plan is not the CR's run in flight.
-    let live = (mode == Mode::Real)
-        .then(|| ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger));
-    let report = runner::run(&ctx.settings.runner, &spec, live.as_ref(), &issued.grant.secrets).await;
-    drop(live);
-    drop(in_flight);
-    journal.writes.extend(issued.grant.writes());
-    journal.reads.extend(issued.grant.read_set());
-    drop(issued);
-    let _ = std::fs::remove_file(kubeconfig);
-    if let Ok(report) = &report {
-        journal.executor = Some(report.executor);
-    }
-    report
-}
-
-/// Issues the run's proxy credential (`plan_only` for a plan) and writes its kubeconfig (mode
-/// 0600) into the runner dir. Returns the credential (revoked when dropped) and the kubeconfig's path.
-fn proxy_credential(
-    proxy: &Proxy,
-    ctx: &Context,
-    object: &DynamicObject,
-    spec: &mut RunSpec,
-    plan_only: bool,
-) -> std::io::Result<(Issued, PathBuf)> {
     let watch = &ctx.watch;
     let owner = Owner {
         gvk: watch.gvk.clone(),
@@ -143,18 +104,24 @@ fn proxy_credential(
             object.labels().get(&key).map(|shard| (key, shard.clone()))
         }),
     };
-    let grant = match plan_only {
-        true => Grant::plan(owner),
-        false => Grant {
-            watch_dependents: watch.watch_dependent_resources,
-            watch_cluster_scoped: watch.watch_cluster_scoped_resources,
-            blacklist: watch.blacklist.clone(),
-            plan_only: false,
-            ..Grant::plan(owner)
-        },
+    let acting = Acting {
+        watch_dependents: watch.watch_dependent_resources,
+        watch_cluster_scoped: watch.watch_cluster_scoped_resources,
+        blacklist: watch.blacklist.clone(),
     };
-    let issued = proxy.credentials().issue(grant)?;
-    let path =
-        crate::proxy::kubeconfig::install(spec, proxy.port(), &issued.token, object.namespace().as_deref())?;
-    Ok((issued, path))
+    let in_flight = ctx.metrics.run_started();
+    let trigger = serde_json::to_value(&journal.trigger).unwrap_or_default();
+    // A plan is not the CR's run in flight.
+    let live = (permit.lane() == Lane::Reconcile)
+        .then(|| ctx.settings.live.start(&object.uid().unwrap_or_default(), &spec.ident, trigger));
+    let launch = Launch { spec, owner, acting, live: live.as_ref() };
+    let ran = ctx.settings.door.launch(&ctx.proxy, permit, launch).await;
+    drop(live);
+    drop(in_flight);
+    journal.writes.extend(ran.writes);
+    journal.reads.extend(ran.reads);
+    if let Ok(report) = &ran.report {
+        journal.executor = Some(report.executor);
+    }
+    ran.report
 }

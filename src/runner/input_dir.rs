@@ -45,6 +45,8 @@ pub struct RunSpec {
     /// On the warm executor, tasks that never leave the controller (`assert`, `fail`, `debug`,
     /// `set_fact`) run in the playbook process instead of a fork of their own (validations, plans).
     pub inline_tasks: bool,
+    /// Variables of the operator's environment the run does not get (set by the run's door).
+    pub env_removed: Vec<String>,
 }
 
 /// The runner's inventory.
@@ -246,6 +248,7 @@ mod tests {
             executor: None,
             timeout: None,
             inline_tasks: false,
+            env_removed: Vec::new(),
         }
     }
 

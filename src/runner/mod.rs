@@ -220,6 +220,7 @@ pub async fn run(
         argv: spec.argv(),
         env,
         inline_tasks: spec.inline_tasks,
+        env_removed: &spec.env_removed,
     };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
     let pid = started.pid;
