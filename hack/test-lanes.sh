@@ -88,7 +88,7 @@ for pass in "${passes[@]}"; do
     warm)
       warm=(
         "lib module_graph ssh security_inventory etcd_cluster"
-        "operations deploy_manifests proxy ownership leader endpoints node pod_modules"
+        "operations deploy_manifests proxy ownership leader endpoints node pod_modules injection"
         "executor core extra_vars security_vars finalizers modes requeue samples status_and_filters toolchain watches_errors harness faults pause ready_conditions read_set admission"
         "history events api console storm startup_resync security_access replay secrets_masked plan"
         "etcd_restore python"
@@ -131,13 +131,13 @@ for pass in "${passes[@]}"; do
       add_lanes cold \
         "ssh security_inventory" \
         "core samples finalizers extra_vars security_vars modes plan" \
-        "faults operations secrets_masked status_and_filters requeue endpoints"
+        "faults operations secrets_masked status_and_filters requeue endpoints injection"
       ;;
     next)
       add_lanes next \
         "ssh security_inventory samples pod_modules" \
         "finalizers status_and_filters requeue executor" \
-        "toolchain::version_reports extra_vars" \
+        "toolchain::version_reports extra_vars injection" \
         "python"
       ;;
     *)

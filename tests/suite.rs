@@ -20,6 +20,7 @@ mod extra_vars;
 mod faults;
 mod finalizers;
 mod harness;
+mod injection;
 mod history;
 mod in_cluster;
 mod kubernetes_cluster;
