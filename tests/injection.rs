@@ -28,7 +28,8 @@ const WAIT: Duration = Duration::from_secs(240);
 /// The corpus, each `MARKER` replaced by a file of its own in `markers`.
 fn payloads(markers: &Path) -> Vec<String> {
     let path = support::operator::fixtures().join("corpora/injection.json");
-    let corpus: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read the corpus")).unwrap();
+    let corpus: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read the corpus")).unwrap();
     let payloads = corpus["payloads"].as_array().expect("payloads");
     let marker = |i: usize| markers.join(i.to_string()).display().to_string();
     payloads.iter().enumerate().map(|(i, p)| p.as_str().unwrap().replace("MARKER", &marker(i))).collect()
@@ -54,8 +55,15 @@ fn cr(namespace: &str, name: &str, payloads: &[String]) -> DynamicObject {
 
 /// The watch: the injection playbook records `probe_names`; `fields` are further lines.
 fn watches(fields: &str) -> String {
-    let names = json!(["payloads", "nested", "keyed", "ansible_operator_meta", OBJECT_VAR,
-                       format!("{OBJECT_VAR}_spec"), "ansible_operator_admission"]);
+    let names = json!([
+        "payloads",
+        "nested",
+        "keyed",
+        "ansible_operator_meta",
+        OBJECT_VAR,
+        format!("{OBJECT_VAR}_spec"),
+        "ansible_operator_admission"
+    ]);
     format!(
         "{}{fields}  vars:\n    probe_names: {names}\n",
         support::playbook_watch(GROUP, KIND, "injection.yml")
@@ -96,7 +104,8 @@ fn review(operation: &str, object: &Value, old: Option<&Value>, user: &str, grou
 
 /// Sends a review to the webhook as anyone who reaches the port would: no credential.
 fn send_review(api: &ApiServer, review: &Value) -> Value {
-    let reply = api.request_with_body("POST", &format!("/validate/{GROUP}/v1alpha1/{KIND}"), None, Some(review));
+    let reply =
+        api.request_with_body("POST", &format!("/validate/{GROUP}/v1alpha1/{KIND}"), None, Some(review));
     assert_eq!(reply.status, 200, "{}", reply.body);
     reply.body["response"].clone()
 }
@@ -120,18 +129,27 @@ async fn no_injection_runs_through_a_create_a_reconcile_a_plan_a_forged_review_o
     let operator = start(&watches, &ns.name, port, &configuration.0);
     let webhook = ApiServer::localhost(port, None);
     webhook.wait_until_up(WAIT);
-    let configurations = Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
-        client.clone(),
-    );
+    let configurations =
+        Api::<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>::all(
+            client.clone(),
+        );
     support::wait_for("the webhook configuration", WAIT, || async {
-        Ok(configurations.get_opt(&configuration.0).await.map_err(|e| e.to_string())?.map(|_| ()).ok_or("none yet"))
+        Ok(configurations
+            .get_opt(&configuration.0)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(|_| ())
+            .ok_or_else(|| "none yet".to_string()))
     })
     .await;
 
     // Created past the webhook (a validation run), then reconciled.
     let attack = cr(&ns.name, "attack", &payloads);
     support::wait_for("the attack CR to be admitted", WAIT, || async {
-        Ok(api.create(&PostParams::default(), &attack).await.map(|_| ()).map_err(|e| e.to_string()))
+        Ok(match api.create(&PostParams::default(), &attack).await {
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+            created => created.map(|_| ()).map_err(|e| e.to_string()),
+        })
     })
     .await;
     support::create_cr(&api, GROUP, KIND, "normal", json!({"payloads": ["plain"]})).await;
@@ -141,7 +159,11 @@ async fn no_injection_runs_through_a_create_a_reconcile_a_plan_a_forged_review_o
     assert_eq!(seen["payloads"], json!(payloads), "every payload arrived as written");
     assert_eq!(seen["nested"]["deep"]["list"], json!(payloads));
     let annotations = &seen[OBJECT_VAR]["metadata"]["annotations"];
-    assert_eq!(annotations["injection.test.example.com/p10"], json!(payloads[10]), "annotations arrive as written");
+    assert_eq!(
+        annotations["injection.test.example.com/p10"],
+        json!(payloads[10]),
+        "annotations arrive as written"
+    );
     assert_eq!(seen["ansible_operator_meta"], json!({"name": "attack", "namespace": ns.name}));
 
     // A plan of the corpus, asked for through the API.
@@ -163,7 +185,10 @@ async fn no_injection_runs_through_a_create_a_reconcile_a_plan_a_forged_review_o
         let answer = send_review(&webhook, &review(payload, &object, None, "someone", &[]));
         assert_eq!(answer["allowed"], false, "{answer}");
         let message = answer["status"]["message"].as_str().unwrap_or_default();
-        assert!(message.starts_with("request.operation ") && message.ends_with("is not CREATE or UPDATE"), "{message}");
+        assert!(
+            message.starts_with("request.operation ") && message.ends_with("is not CREATE or UPDATE"),
+            "{message}"
+        );
         let mut named = object.clone();
         named["metadata"]["name"] = json!(payload);
         let answer = send_review(&webhook, &review("CREATE", &named, None, "someone", &[]));
@@ -198,4 +223,3 @@ async fn the_corpus_runs_where_a_watch_trusts_its_crs_templates() {
     .await;
     assert_eq!(markers_seen, ["0", "10"]);
 }
-
