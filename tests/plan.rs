@@ -184,3 +184,31 @@ async fn a_plan_shows_what_a_change_would_do_and_changes_nothing() {
     assert!(reply.body["message"].as_str().unwrap().contains("may not update"), "{}", reply.body);
     drop(operator);
 }
+
+#[tokio::test]
+async fn a_proposal_the_api_server_would_refuse_is_refused_before_any_plan_runs() {
+    const SAMPLE_GROUP: &str = "cache.example.com";
+    let Test { client: _, ns, api: crs } =
+        Test::setup("plan-schema").sample(SAMPLE_GROUP, "Memcached").build().await;
+    let updater =
+        service_account(&ns.name, "updater", "get,list,update", &format!("memcacheds.{SAMPLE_GROUP}"));
+    let port = support::free_port();
+    let watches = support::playbook_watch(SAMPLE_GROUP, "Memcached", "marker.yml");
+    let operator =
+        OperatorConfig::new(&watches, &ns.name).arg(format!("--api-bind-address=127.0.0.1:{port}")).start();
+    let api = ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    support::create_cr(&crs, SAMPLE_GROUP, "Memcached", "cache", json!({"size": 1})).await;
+    support::wait_for_condition(&crs, "cache", "Successful", "True", WAIT).await;
+
+    // The CRD says `size` is an integer of at least 0: the API server would refuse both.
+    let cr_path = format!("/api/v1/kinds/{SAMPLE_GROUP}/memcacheds/crs/{}/cache/plan", ns.name);
+    for spec in [json!({"size": "three"}), json!({"size": -1})] {
+        let reply = api.request_with_body("POST", &cr_path, Some(&updater), Some(&json!({"spec": spec})));
+        assert_eq!(reply.status, 422, "{}", reply.body);
+        let message = reply.body["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("the API server refused the proposed spec of"), "{message}");
+        assert!(message.contains("spec.size"), "{message}");
+    }
+    assert!(!operator.log().contains("plan asked for"), "a plan ran: {}", operator.log());
+}

@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State as Extract};
 use axum::response::IntoResponse;
 use http::{HeaderMap, StatusCode, header};
-use kube::api::{Api, DynamicObject, ListParams, Patch};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PostParams};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -200,6 +200,7 @@ pub async fn plan(
     let spec = proposed_spec(&body, &path)?;
     let live: DynamicObject = serde_json::from_value(object)
         .map_err(|error| Error::BadRequest(format!("the CR cannot be read as an object: {error}")))?;
+    let spec = admitted_spec(&state, kind, &path, &live, spec).await?;
     let planned = kind.planner.plan(&live, spec, &user.name).await;
     tracing::info!(user = %user.name, kind = %kind.resource.kind, namespace = %path.namespace, name = %path.name, result = planned.result, "plan made through the API");
     Ok(Json(serde_json::to_value(planned).unwrap_or(Value::Null)))
@@ -250,6 +251,33 @@ fn proposed_spec(body: &[u8], path: &CrPath) -> Result<Value, Error> {
         return Err(Error::BadRequest("the proposed object names another CR than the path".into()));
     }
     Ok(spec)
+}
+
+/// The spec the API server would store for `spec`: the CR replaced in a server-side dry run, so
+/// its schema (pruning, defaults, validation) and admission (webhooks, policies, a watch's own
+/// `validate`) apply before a plan runs, and the plan runs what would be stored. The dry run is the
+/// operator's; the caller's right to update the CR was checked before.
+async fn admitted_spec(
+    state: &State,
+    kind: &Kind,
+    path: &CrPath,
+    live: &DynamicObject,
+    spec: Value,
+) -> Result<Value, Error> {
+    let mut proposed = live.clone();
+    proposed.data["spec"] = spec;
+    let params = PostParams { dry_run: true, field_manager: Some(crate::kubeapi::FIELD_MANAGER.into()) };
+    match with_timeout(cr_api(state, kind, path).replace(&path.name, &params, &proposed)).await {
+        Ok(admitted) => {
+            Ok(admitted.data.get("spec").cloned().unwrap_or_else(|| Value::Object(Default::default())))
+        }
+        Err(kubeapi::Error::Kube(kube::Error::Api(status))) => Err(Error::Refused {
+            what: format!("spec of {}", path.name()),
+            code: status.code,
+            message: status.message,
+        }),
+        Err(source) => Err(api_error(source, path, "dry-run the proposed spec of")),
+    }
 }
 
 /// A run of a CR, recorded or in flight.

@@ -82,6 +82,17 @@ pub enum Error {
     /// The request's body is not what the endpoint takes.
     #[error("{0}")]
     BadRequest(String),
+    /// The API server refused a proposed object (its schema, an admission policy, a conflict),
+    /// with its own code and message.
+    #[error("the API server refused the proposed {what}: {message}")]
+    Refused {
+        /// What was proposed.
+        what: String,
+        /// The API server's code.
+        code: u16,
+        /// The API server's message.
+        message: String,
+    },
     /// The API server failed.
     #[error("{action}")]
     Api {
@@ -110,6 +121,9 @@ impl IntoResponse for Error {
             Error::NotFound(_) | Error::NoInputs(_) => StatusCode::NOT_FOUND,
             Error::Inputs(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Refused { code, .. } => {
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::UNPROCESSABLE_ENTITY)
+            }
             Error::Access(access::Error::Review { .. }) | Error::Api { .. } | Error::History(_) => {
                 StatusCode::BAD_GATEWAY
             }
