@@ -205,6 +205,24 @@ pub fn decode_item<E>(
     }
 }
 
+/// [`decode_item`] for a watch of objects that are not CRs (a run's children, what runs read): an
+/// undecodable version is logged once as a warning naming the object and `consequence`, and the
+/// watch goes on with the others.
+pub fn decode_logged<'r, E>(
+    reported: &'r mut Reported,
+    consequence: &'static str,
+) -> impl FnMut(Result<watcher::Event<Decoded>, E>) -> Option<Result<watcher::Event<DynamicObject>, E>> + 'r {
+    move |item| {
+        decode_item(item, reported, |undecodable| {
+            tracing::warn!(
+                object = %object_name(&undecodable.metadata),
+                error = %undecodable.error,
+                "cannot decode this object: {consequence}; the others go on"
+            );
+        })
+    }
+}
+
 /// The undecodable objects reported so far: uid → the resourceVersion last reported (one entry per
 /// object, however often it is edited).
 #[derive(Debug, Default)]

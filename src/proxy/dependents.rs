@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::owner::{PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE};
+use crate::decoded::{self, Decoded};
 use crate::history::Ledger;
 use crate::history::ledger::CrKey;
 use crate::history::trigger::Dependent;
@@ -105,7 +106,8 @@ impl Dependents {
             vec![None]
         };
         for scope in scopes {
-            let api: Api<DynamicObject> = match &scope {
+            // Each child decoded on its own: one too deep to decode does not stop its kind's watch.
+            let api: Api<Decoded> = match &scope {
                 Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, child),
                 None => Api::all_with(self.client.clone(), child),
             };
@@ -115,7 +117,7 @@ impl Dependents {
         }
     }
 
-    async fn watch_child(&self, api: Api<DynamicObject>, interested: Arc<RwLock<HashSet<OwnerKind>>>) {
+    async fn watch_child(&self, api: Api<Decoded>, interested: Arc<RwLock<HashSet<OwnerKind>>>) {
         let mut errors = WatchErrors::new(
             api.resource_url(),
             "changes to these children do not trigger a reconcile of their owners",
@@ -125,8 +127,11 @@ impl Dependents {
         if let Some(selector) = &self.selector {
             config = config.labels(selector);
         }
+        let mut reported = decoded::Reported::default();
+        let mut decode = decoded::decode_logged(&mut reported, "its changes do not trigger its owner");
         let mut events = watcher(api, config).default_backoff().boxed();
-        while let Some(event) = events.next().await {
+        while let Some(item) = events.next().await {
+            let Some(event) = decode(item) else { continue };
             let changed = match event {
                 Ok(watcher::Event::Init) => continue,
                 Ok(watcher::Event::InitDone) => {

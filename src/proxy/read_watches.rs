@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::dependents::Dependents;
 use super::read_index::{Changed, Narrowing, Observed, ReadIndex, Scope, changes, content_hash};
+use crate::decoded::{self, Decoded};
 use crate::history::Read;
 use crate::history::availability::{self, Access};
 use crate::history::ledger::CrKey;
@@ -90,7 +91,8 @@ impl ReadWatches {
             kind: String::new(),
             plural: scope.resource.clone(),
         };
-        let api: Api<DynamicObject> = match &scope.namespace {
+        // Each object decoded on its own: one too deep to decode does not stop the watch.
+        let api: Api<Decoded> = match &scope.namespace {
             Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
@@ -114,11 +116,23 @@ impl ReadWatches {
             config = config.fields(fields);
         }
         let mut observed = Observed::default();
+        let mut reported = decoded::Reported::default();
+        let mut decode = decoded::decode_logged(
+            &mut reported,
+            "its changes re-run the CRs that read it only as a deletion",
+        );
         let mut events = watcher(api, config).default_backoff().boxed();
         loop {
-            let event = tokio::select! {
-                event = events.next() => event,
+            let item = tokio::select! {
+                item = events.next() => item,
                 () = stop.cancelled() => return,
+            };
+            let event = match item {
+                None => None,
+                Some(item) => match decode(item) {
+                    Some(event) => Some(event),
+                    None => continue,
+                },
             };
             let changed = match event {
                 None => return,
