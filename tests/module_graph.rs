@@ -36,6 +36,7 @@ const LAYERS: &[&[&str]] = &[
         "toolchain",
         "proptest_support",
         "mask",
+        "ident",
     ],
 ];
 
