@@ -3,6 +3,11 @@
 //! `no_log` task and fails with the value in its message. The operator's log, the run's live and
 //! finished log from the API, the run record, the CR's Events and its `Failure` condition show
 //! `********` instead, and never the value or its base64.
+//!
+//! Values derived from Secrets, printed each on its own: a kubeconfig's token, client key and
+//! certificate and password; a registry config's username, password and decoded `auth`; and Secrets
+//! read with `ansible.builtin.uri` asking for protobuf and gzip, through a pretty-printed LIST and
+//! through a WATCH. None shows in the run's log, its record, the CR's status or the operator's log.
 
 use crate::support;
 
