@@ -205,13 +205,16 @@ pub fn decode_item<E>(
     }
 }
 
+/// One item of a watcher's stream.
+pub type Item<K, E> = Result<watcher::Event<K>, E>;
+
 /// [`decode_item`] for a watch of objects that are not CRs (a run's children, what runs read): an
 /// undecodable version is logged once as a warning naming the object and `consequence`, and the
 /// watch goes on with the others.
 pub fn decode_logged<'r, E>(
     reported: &'r mut Reported,
     consequence: &'static str,
-) -> impl FnMut(Result<watcher::Event<Decoded>, E>) -> Option<Result<watcher::Event<DynamicObject>, E>> + 'r {
+) -> impl FnMut(Item<Decoded, E>) -> Option<Item<DynamicObject, E>> + 'r {
     move |item| {
         decode_item(item, reported, |undecodable| {
             tracing::warn!(

@@ -16,6 +16,7 @@ pub mod go_duration;
 pub mod health;
 pub mod history;
 pub mod http_server;
+pub mod ident;
 pub mod job_event;
 pub mod kubeapi;
 pub mod leader;

@@ -234,3 +234,88 @@ async fn a_runs_log_needs_get_on_the_log_subresource_while_its_tasks_need_get_on
     .await;
     assert!(text.contains("TASK [say hello]") && text.contains("first line of logged"), "{text}");
 }
+
+/// A record a namespace tenant wrote with an ident the operator never makes (a path, a look-alike)
+/// is refused by every per-run route with a clear message, is not listed, and nothing on disk is
+/// touched: a canary directory that a traversal ident names survives. The operator's own record
+/// of the same run still serves its inputs.
+#[tokio::test]
+async fn a_record_with_a_foreign_ident_is_refused_by_every_run_route_and_nothing_on_disk_is_touched() {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+
+    let Test { client, ns, api: crs } =
+        Test::setup("api-ident").kind(GROUP, KIND).run_records().build().await;
+    let resource = format!("{PLURAL}.{GROUP}");
+    let reader = service_account(&ns.name, "reader", "get,list", &resource);
+    grant_log_reading(&ns.name, "reader", &resource);
+    let port = support::free_port();
+    let _operator = OperatorConfig::new(WATCHES.as_str(), &ns.name)
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
+        .arg("--record-run-inputs")
+        .start();
+    let api = ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    let created = support::create_cr(&crs, GROUP, KIND, "mine", json!({"pause": 0})).await;
+    let uid = created.metadata.uid.clone().unwrap();
+    let path = cr_path(&ns.name, "mine");
+    let detail = wait_recorded_success(&api, &path, &reader).await;
+    let own = detail["runs"][0]["name"].as_str().unwrap().to_string();
+
+    // What the old inputs endpoint removed: `<tmp>/ao-ssh-replay-<ident>`, which `<ns>/../<canary>`
+    // turns into the canary once `<tmp>/ao-ssh-replay-<ns>` exists.
+    let tmp = std::env::temp_dir();
+    let canary = tmp.join(format!("ao-canary-{}", ns.name));
+    std::fs::create_dir_all(&canary).unwrap();
+    std::fs::write(canary.join("keep"), "still here").unwrap();
+    let stepping_stone = tmp.join(format!("ao-ssh-replay-{}", ns.name));
+    std::fs::create_dir_all(&stepping_stone).unwrap();
+
+    let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
+    let records: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"),
+    );
+    let selector = format!("ansible-operator.dev/owner-uid={uid}");
+    let real = records.list(&ListParams::default().labels(&selector)).await.unwrap().items.remove(0);
+    let corpus = [
+        format!("{}/../ao-canary-{}", ns.name, ns.name),
+        format!("../../../../../..{}", canary.display()),
+        canary.display().to_string(),
+        "../x".to_string(),
+        "0123".to_string(),
+        "１２３".to_string(),
+        "9".repeat(400),
+    ];
+    for (at, ident) in corpus.iter().enumerate() {
+        let name = format!("mine-forged-{at}");
+        let mut forged = real.clone();
+        forged.metadata = serde_json::from_value(json!({
+            "name": name, "namespace": ns.name, "labels": real.metadata.labels,
+        }))
+        .unwrap();
+        forged.data["spec"]["ident"] = json!(ident);
+        forged.data.as_object_mut().unwrap().remove("status");
+        records.create(&PostParams::default(), &forged).await.unwrap_or_else(|e| panic!("write {name}: {e}"));
+        for route in ["", "/log", "/inputs"] {
+            let url = format!("{path}/runs/{name}{route}");
+            let reply = api.request("GET", &url, Some(&reader));
+            assert_eq!(reply.status, 400, "GET {url} ({ident:?}): {}", reply.body);
+            let message = reply.body["message"].as_str().unwrap_or_default();
+            assert!(message.contains("ident the operator does not make"), "GET {url}: {message}");
+        }
+    }
+    let listed = api.get_ok(&path, &reader);
+    let names: Vec<&str> =
+        listed["runs"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    assert!(names.iter().all(|name| !name.contains("forged")), "a forged record is listed: {names:?}");
+    assert_eq!(std::fs::read_to_string(canary.join("keep")).unwrap(), "still here", "the canary survives");
+    assert!(stepping_stone.exists());
+
+    // The operator's own record still serves its inputs, written in a directory of its own.
+    let inputs = api.get_ok(&format!("{path}/runs/{own}/inputs"), &reader);
+    assert!(inputs["files"]["env/extravars"].is_string(), "{inputs}");
+    assert!(!inputs.to_string().contains("ao-inputs-"), "the private directory is not named: {inputs}");
+    let _ = std::fs::remove_dir_all(&canary);
+    let _ = std::fs::remove_dir_all(&stepping_stone);
+}

@@ -37,6 +37,7 @@ const LAYERS: &[&[&str]] = &[
         "toolchain",
         "proptest_support",
         "mask",
+        "ident",
     ],
 ];
 

@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 use super::{Error, Kind, State, views};
 use crate::access::{Action, User};
 use crate::decoded::Decoded;
+use crate::history::record;
+use crate::ident::Ident;
 use crate::kubeapi::{self, with_timeout};
 use crate::reconcile::annotations::{PAUSED, RECONCILE_REQUESTED, ReconcileRequest};
 
@@ -102,7 +104,16 @@ pub async fn cr(
 ) -> Result<Json<Value>, Error> {
     let (_, _, object) = authorized_cr(&state, &path, &headers, "get").await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
-    let runs = state.history.runs(uid, namespace(&path)).await?;
+    let mut runs = state.history.runs(uid, namespace(&path)).await?;
+    // A record the operator did not write (its ident is not one it makes) is not listed: each of
+    // its routes would refuse it anyway.
+    runs.retain(|record| match record::ident_of(record) {
+        Ok(_) => true,
+        Err(foreign) => {
+            tracing::warn!(record = %foreign.record, namespace = %path.namespace, "a run record with a foreign ident is not listed");
+            false
+        }
+    });
     Ok(Json(views::cr_detail(&object, &runs, state.live.of(uid).as_deref())))
 }
 
@@ -116,7 +127,7 @@ pub async fn run(
     let (_, _, object) = authorized_cr(&state, &path.cr(), &headers, "get").await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
     match find_run(&state, &path, uid).await? {
-        Found::Record(record) => Ok(Json(views::run_detail(&record))),
+        Found::Record(record, _) => Ok(Json(views::run_detail(&record))),
         Found::Live(run) => Ok(Json(views::live_run(&run))),
     }
 }
@@ -280,13 +291,15 @@ async fn admitted_spec(
     }
 }
 
-/// A run of a CR, recorded or in flight.
+/// A run of a CR, recorded (with its ident, checked) or in flight.
 pub(super) enum Found {
-    Record(Value),
+    Record(Value, Ident),
     Live(Arc<crate::history::live::LiveRun>),
 }
 
-/// The run `path.run` of the CR `uid`: its record, or the run in flight with that ident.
+/// The run `path.run` of the CR `uid`: its record, or the run in flight with that ident. A record
+/// whose ident the operator does not make is refused here, for every route: nothing is read or
+/// written under its name.
 pub(super) async fn find_run(state: &State, path: &RunPath, uid: &str) -> Result<Found, Error> {
     if let Some(live) = state.live.of(uid).filter(|run| run.ident == path.run) {
         return Ok(Found::Live(live));
@@ -294,7 +307,13 @@ pub(super) async fn find_run(state: &State, path: &RunPath, uid: &str) -> Result
     let cr = path.cr();
     let record = state.history.run(namespace(&cr), &path.run).await?;
     match record {
-        Some(record) if record["spec"]["owner"]["uid"] == uid => Ok(Found::Record(record)),
+        Some(record) if record["spec"]["owner"]["uid"] == uid => match record::ident_of(&record) {
+            Ok(ident) => Ok(Found::Record(record, ident)),
+            Err(foreign) => {
+                tracing::warn!(record = %foreign.record, namespace = %path.namespace, "refused a run record with a foreign ident");
+                Err(Error::BadRequest(format!("run {} of {}: {foreign}", path.run, cr.name())))
+            }
+        },
         _ => Err(Error::NotFound(format!("run {} of {}", path.run, cr.name()))),
     }
 }

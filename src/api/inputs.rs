@@ -13,8 +13,9 @@ use serde_json::{Value, json};
 use super::handlers::{Found, RunPath, authorized_cr, find_run};
 use super::{Error, State};
 use crate::history::record::RunInput;
+use crate::ident::Ident;
 use crate::reconcile::inputs::{self, shell_line};
-use crate::reconcile::new_ident;
+use crate::runner::fs::PrivateTempDir;
 use crate::runner::ssh::control_dir;
 
 /// `GET .../crs/{namespace}/{name}/runs/{run}/inputs`: `{name, files: {path: text}, command,
@@ -26,8 +27,9 @@ pub async fn inputs(
 ) -> Result<Json<Value>, Error> {
     let (kind, _, object) = authorized_cr(&state, &path.cr(), &headers, "get").await?;
     let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+    // `find_run` has checked the record's ident; it is still not used for anything on disk.
     let record = match find_run(&state, &path, uid).await? {
-        Found::Record(record) => record,
+        Found::Record(record, _) => record,
         Found::Live(_) => {
             return Err(Error::NotFound(format!(
                 "inputs of run {} (in flight: they are kept when it ends)",
@@ -37,10 +39,14 @@ pub async fn inputs(
     };
     let input = RunInput::of_record(&record)?;
     let name = record["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let ident = format!("replay-{}", record["spec"]["ident"].as_str().unwrap_or_default());
     let composer = kind.composer.clone();
     let bundle = tokio::task::spawn_blocking(move || -> Result<Value, inputs::Error> {
-        let dir = std::env::temp_dir().join(format!("ao-inputs-{}", new_ident()));
+        // Everything written goes into a directory made here, and the replay's ident (which names
+        // its SSH control directory) is fresh: no path comes from the record.
+        let private = PrivateTempDir::create("ao-inputs-")
+            .map_err(|source| inputs::Error::Write { dir: std::env::temp_dir(), source })?;
+        let dir = private.path().to_path_buf();
+        let ident = format!("replay-{}", Ident::generate());
         let written = inputs::write(
             &composer.watch,
             &composer.inputs,
@@ -50,7 +56,7 @@ pub async fn inputs(
             &dir,
         );
         let files = written.as_ref().ok().map(|_| inputs::files(&dir));
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(private);
         let _ = std::fs::remove_dir_all(control_dir(&ident));
         let written = written?;
         let files = files

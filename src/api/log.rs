@@ -16,6 +16,7 @@ use http::{HeaderMap, header};
 use super::handlers::{Found, RunPath, authorize_log, authorized_cr, find_run};
 use super::{Error, Kind, State};
 use crate::history::live::Follower;
+use crate::ident::Ident;
 use crate::runner::event::Line;
 
 /// The most of a finished run's log served (its end); the artifacts have the rest.
@@ -37,9 +38,8 @@ pub async fn log(
         .is_some_and(|accept| accept.contains("text/event-stream"));
     let source = match find_run(&state, &path, uid).await? {
         Found::Live(run) => Source::Live(run.follow()),
-        Found::Record(record) => {
-            let ident = record["spec"]["ident"].as_str().unwrap_or_default();
-            let file = artifact_log(&state, kind, &object, ident)
+        Found::Record(_, ident) => {
+            let file = artifact_log(&state, kind, &object, &ident)
                 .ok_or_else(|| Error::NotFound(format!("the log of run {}", path.run)))?;
             let text = read_tail(&file).await.ok_or_else(|| {
                 Error::NotFound(format!("the log of run {} (its artifacts were pruned)", path.run))
@@ -88,19 +88,17 @@ fn events(source: Source) -> impl Stream<Item = Result<Event, Infallible>> {
 }
 
 /// The stdout file in a run's artifacts (`<runner dir>/<group>/<version>/<kind>/[<ns>/]<name>/
-/// artifacts/<ident>/stdout`), computed, never taken from the record.
-fn artifact_log(state: &State, kind: &Kind, object: &serde_json::Value, ident: &str) -> Option<PathBuf> {
+/// artifacts/<ident>/stdout`), computed, never taken from the record: its ident is checked, and the
+/// rest comes from the CR the API server served.
+fn artifact_log(state: &State, kind: &Kind, object: &serde_json::Value, ident: &Ident) -> Option<PathBuf> {
     let safe = |part: &str| !part.is_empty() && part != "." && part != ".." && !part.contains('/');
     let name = object["metadata"]["name"].as_str().filter(|n| safe(n))?;
-    if !safe(ident) {
-        return None;
-    }
     let resource = &kind.resource;
     let mut dir = state.runner_dir.join(&resource.group).join(&resource.version).join(&resource.kind);
     if let Some(namespace) = object["metadata"]["namespace"].as_str().filter(|n| safe(n)) {
         dir.push(namespace);
     }
-    Some(dir.join(name).join("artifacts").join(ident).join("stdout"))
+    Some(dir.join(name).join("artifacts").join(ident.as_str()).join("stdout"))
 }
 
 /// The log a person reads from the runner's stdout file (JSON events, one a line).

@@ -55,8 +55,10 @@ async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let (object, finalizing, what) = match &args.run {
         Some(run) => {
             let record = read_record(&client, namespace.as_deref(), &name, run).await?;
+            // A record a tenant wrote with some other ident is not replayed: its ident is refused
+            // here as the API refuses it, though the replay names nothing after it.
+            let ident = record::ident_of(&record)?;
             let input = RunInput::of_record(&record)?;
-            let ident = record["spec"]["ident"].as_str().unwrap_or_default().to_string();
             (input.object, input.finalizing, format!("run {ident} of"))
         }
         None => {

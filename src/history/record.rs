@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::trigger::Trigger;
+use crate::ident::Ident;
 use crate::outcome::{Stats, TaskResult};
 
 /// API group of the run records.
@@ -131,6 +132,26 @@ pub struct RunInput {
     pub object: Value,
     /// The run was the finalizer's.
     pub finalizing: bool,
+}
+
+/// A record whose `spec.ident` is not one the operator makes: anyone who may write `AnsibleRun`s in
+/// a namespace can write such a record, and nothing is done with its ident.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the run record {record} has an ident the operator does not make (its idents are decimal digits): it is not used"
+)]
+pub struct ForeignIdent {
+    /// The record's name.
+    pub record: String,
+}
+
+/// The record's `spec.ident`, when it is in the operator's format: the only way a record's ident
+/// reaches a path or a URL.
+pub fn ident_of(record: &Value) -> Result<Ident, ForeignIdent> {
+    let text = record["spec"]["ident"].as_str().unwrap_or_default();
+    Ident::parse(text).map_err(|_| ForeignIdent {
+        record: record["metadata"]["name"].as_str().unwrap_or_default().chars().take(253).collect(),
+    })
 }
 
 /// Why a record holds no input.
@@ -515,6 +536,18 @@ pub(crate) mod tests {
             Err(NoInput::Missing("cache-123".into())),
             "a record without one says so"
         );
+    }
+
+    #[test]
+    fn a_records_ident_is_used_only_in_the_operators_format() {
+        assert_eq!(ident_of(&record().manifest()).map(String::from), Ok("123".to_string()));
+        for foreign in [json!("../x"), json!("/tmp/canary"), json!("1/../2"), json!(123), Value::Null] {
+            let mut manifest = record().manifest();
+            manifest["spec"]["ident"] = foreign.clone();
+            let refused = ident_of(&manifest).unwrap_err();
+            assert_eq!(refused.record, "cache-123", "{foreign}");
+            assert!(refused.to_string().contains("not used"), "{refused}");
+        }
     }
 
     #[test]

@@ -166,13 +166,34 @@ impl Proxy {
         }
     }
 
-    /// Forwards a request; an answer about Secrets is tapped on its way to the run, so that the run's
-    /// output is masked.
-    async fn forward(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
+    /// Forwards a request; an answer about Secrets is asked for as JSON and tapped on its way to the
+    /// run, so that the run's output is masked. One the tap cannot read is not passed on.
+    async fn forward(
+        &self,
+        mut request: Request<Incoming>,
+        grant: &Grant,
+    ) -> Result<Response<Body>, ProxyError> {
         let carries_secrets = secrets::carries_secrets(request.uri().path());
+        if carries_secrets {
+            secrets::ask_for_json(request.headers_mut());
+        }
+        let path = request.uri().path().to_string();
         let response = self.route(request, grant).await?;
         if !carries_secrets || !response.status().is_success() {
             return Ok(response);
+        }
+        if !secrets::readable(response.headers()) {
+            tracing::warn!(
+                path,
+                content_type = ?response.headers().get(header::CONTENT_TYPE),
+                content_encoding = ?response.headers().get(header::CONTENT_ENCODING),
+                "an answer about Secrets is not plain JSON: it is not passed on"
+            );
+            return Ok(status(
+                StatusCode::BAD_GATEWAY,
+                "ServiceUnavailable",
+                "the proxy passes answers about Secrets only as uncompressed JSON, which it reads to mask their values",
+            ));
         }
         let learned = grant.secrets.clone();
         Ok(response.map(|body| box_body(secrets::Tap::new(body, learned))))

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::annotations::{self, Bounded};
 use super::context::Settings;
+use crate::ident::Ident;
 use crate::remote::Remote;
 use crate::runner::{Inventory, RunSpec};
 use crate::vars::{self, VarsInput};
@@ -202,14 +203,9 @@ pub fn plan_args(ansible_args: &str) -> String {
     format!("{args} --check --diff").trim_start().to_string()
 }
 
-/// A unique run id: decimal, like upstream's non-negative random int63.
+/// A unique run id: decimal, like upstream's non-negative random int63 (see [`Ident`]).
 pub fn new_ident() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    (hasher.finish() >> 1).to_string()
+    Ident::generate().into()
 }
 
 #[cfg(test)]

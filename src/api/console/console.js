@@ -425,7 +425,7 @@ async function crPage(group, plural, namespace, name) {
       runPane.replaceChildren(h('h2', { text: `Run ${run.ident}` }),
         h('p', {}, badge('Running'), ' ', triggerText(run.trigger), ', started ', ago(run.startTime)),
         h('p', { class: 'muted', text: 'Its tasks appear here when it ends; its log follows live below.' }));
-      followLog(`${base}/runs/${run.ident}/log`);
+      followLog(`${base}/runs/${encodeURIComponent(run.ident)}/log`);
       return;
     }
     const detail = await api(`${base}/runs/${encodeURIComponent(run.name)}`);

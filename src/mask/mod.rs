@@ -5,6 +5,14 @@
 //! Secret's `data` as the API returns it); JSON-escaped once in Ansible's own display of a result and
 //! again in ansible-runner's JSON event line (`ensure_ascii`, so non-ASCII becomes `\uXXXX`); and,
 //! when it has several lines, line by line in plain text. Every spelling is a pattern.
+//!
+//! A value also holds values a run may print on their own (a kubeconfig's token, a registry's
+//! password): [`Secrets::add`] masks each of them too, as [`derive`] finds them.
+//!
+//! What is not masked, by length: a value (or a derived one) shorter than [`MIN_LEN`] bytes, a line
+//! of a multi-line value shorter than [`MIN_LINE_LEN`], and a value longer than [`MAX_LEN`].
+
+pub mod derive;
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -19,8 +27,10 @@ use serde_json::{Map, Value};
 /// What a masked value is replaced with.
 pub const MASK: &str = "********";
 
-/// Values (and lines of values) shorter than this are not masked: masking `1` or `yes` everywhere
-/// would leave nothing readable.
+/// Values shorter than this many bytes are not masked, anywhere: masking `1`, `a` or `yes` wherever
+/// they occur would leave nothing readable, and a value of three bytes or fewer is not a secret worth
+/// the name (there are fewer than 2^24 of them). The rule is the same for a Secret's own values and
+/// for the values derived from them (a kubeconfig's fields, the halves of `user:pass`).
 pub const MIN_LEN: usize = 4;
 
 /// Lines of a multi-line value shorter than this are not masked on their own: a kubeconfig's
@@ -47,9 +57,10 @@ impl fmt::Debug for Secrets {
 }
 
 impl Secrets {
-    /// Adds a value (a Secret's decoded data, a key), unless it is too short or too long to mask.
+    /// Adds a value (a Secret's decoded data, a key) and every value [`derive`]d from it, each
+    /// unless it is too short or too long to mask.
     pub fn add(&self, value: &[u8]) {
-        let forms = spellings(value);
+        let forms: Vec<String> = derive::derive(value).iter().flat_map(|value| spellings(value)).collect();
         if forms.is_empty() {
             return;
         }
@@ -312,6 +323,43 @@ mod tests {
         let mut counters = json!({"ok": {"hunter22.example.com": 3}});
         masker.mask_value(&mut counters);
         assert_eq!(counters, json!({"ok": {"hunter22.example.com": 3}}), "keys are structure");
+    }
+
+    #[test]
+    fn a_value_shorter_than_the_minimum_is_not_masked_and_one_of_the_minimum_is() {
+        let short = "x".repeat(MIN_LEN - 1);
+        let mut masker = masker(&[&short, "pin1"]);
+        assert_eq!(masker.mask(&format!("{short} pin1")), format!("{short} ********"));
+    }
+
+    #[test]
+    fn the_fields_of_a_kubeconfig_are_masked_where_a_task_prints_them_alone() {
+        use super::derive::tests::{CERT_PEM, KEY_PEM, kubeconfig};
+        let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        let mut masker = masker(&[&kubeconfig()]);
+        for field in [
+            "eyJhbGciOiJSUzI1NiJ9.kubeconfig-token-value".to_string(),
+            b64(KEY_PEM),
+            b64(CERT_PEM),
+            "basic-pass-123".to_string(),
+            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7".to_string(),
+        ] {
+            let printed = serde_json::to_string(&json!({"msg": field})).unwrap();
+            assert_eq!(masker.mask(&printed), r#"{"msg":"********"}"#, "{field}");
+        }
+        assert_eq!(masker.mask("kind: Config, context default"), "kind: Config, context default");
+    }
+
+    #[test]
+    fn a_docker_configs_decoded_auth_and_its_halves_are_masked() {
+        let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        let config =
+            format!(r#"{{"auths":{{"r.example.com":{{"auth":"{}"}}}}}}"#, b64("robot:dckr-pass-9f2"));
+        let mut masker = masker(&[&config]);
+        assert_eq!(
+            masker.mask("login robot:dckr-pass-9f2 then dckr-pass-9f2 as robot"),
+            "login ******** then ******** as ********"
+        );
     }
 
     #[test]
