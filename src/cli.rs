@@ -354,6 +354,17 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_HOST")]
     pub webhook_host: Option<String>,
 
+    /// A CA (PEM) whose client certificates the webhook requires: `POST /validate/...` then answers
+    /// only a caller presenting a certificate signed by it (the API server's, from the webhook
+    /// kubeconfig of its AdmissionConfiguration); others are denied before the body is read.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_CLIENT_CA")]
+    pub webhook_client_ca: Option<std::path::PathBuf>,
+
+    /// Reviews a client without such a certificate may send per second to the webhook (per client
+    /// address; bursts of twice as many). Beyond it a review is denied at once. 0: no limit.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_CLIENT_RATE", default_value_t = 50)]
+    pub webhook_client_rate: u32,
+
     /// Service in front of the operator's API port that the API server calls the validating
     /// webhooks through (in a cluster).
     #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_SERVICE_NAME", default_value = "ansible-operator-api")]

@@ -86,8 +86,18 @@ pub async fn bind(address: &str) -> Result<Option<TcpListener>, Error> {
     Ok(Some(listener))
 }
 
+/// Who a request came from, in its extensions: the address, and whether the TLS client presented a
+/// certificate the server's client verifier accepted (see [`crate::tls::server`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// The client's address.
+    pub address: std::net::SocketAddr,
+    /// Whether it presented a verified client certificate.
+    pub verified_certificate: bool,
+}
+
 /// Accepts connections on `listener` (through TLS when given) and answers each request with
-/// `handler` until `shutdown`.
+/// `handler` until `shutdown`. Each request carries its [`Peer`].
 pub(crate) async fn serve<H, F, B>(
     name: &'static str,
     listener: TcpListener,
@@ -103,7 +113,7 @@ pub(crate) async fn serve<H, F, B>(
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     tracing::info!(server = name, %address, "listening");
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, address) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -118,9 +128,17 @@ pub(crate) async fn serve<H, F, B>(
         let tls = tls.clone();
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(name, stream, handler, shutdown).await,
+                None => {
+                    let peer = Peer { address, verified_certificate: false };
+                    serve_connection(name, stream, peer, handler, shutdown).await
+                }
                 Some(tls) => match tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(stream)).await {
-                    Ok(Ok(stream)) => serve_connection(name, stream, handler, shutdown).await,
+                    Ok(Ok(stream)) => {
+                        // rustls hands certificates on only once its client verifier accepted them.
+                        let verified_certificate = stream.get_ref().1.peer_certificates().is_some();
+                        let peer = Peer { address, verified_certificate };
+                        serve_connection(name, stream, peer, handler, shutdown).await
+                    }
                     Ok(Err(error)) => tracing::debug!(server = name, %error, "TLS handshake failed"),
                     Err(_) => tracing::debug!(server = name, "TLS handshake timed out"),
                 },
@@ -130,15 +148,21 @@ pub(crate) async fn serve<H, F, B>(
 }
 
 /// Answers the requests of one connection until it ends or `shutdown`.
-async fn serve_connection<I, H, F, B>(name: &'static str, io: I, handler: H, shutdown: CancellationToken)
-where
+async fn serve_connection<I, H, F, B>(
+    name: &'static str,
+    io: I,
+    peer: Peer,
+    handler: H,
+    shutdown: CancellationToken,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let service = service_fn(move |request| {
+    let service = service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(peer);
         let response = handler(request);
         async move { Ok::<_, Infallible>(response.await) }
     });

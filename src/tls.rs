@@ -48,8 +48,10 @@ pub struct Server {
 }
 
 /// A TLS server configuration: from `cert_dir` when given (re-read on change), else self-signed
-/// for `names`. HTTP/1.1 only.
-pub fn server(cert_dir: Option<&Path>, names: &[String]) -> Result<Server, Error> {
+/// for `names`. HTTP/1.1 only. With `client_ca` (PEM), a client may present a certificate signed
+/// by it, and one that does not verify ends the handshake; presenting none stays allowed (a
+/// handler asks [`crate::http_server::Peer`] whether one was verified).
+pub fn server(cert_dir: Option<&Path>, names: &[String], client_ca: Option<&Path>) -> Result<Server, Error> {
     let (resolver, ca_pem) = match cert_dir {
         Some(dir) => {
             let ca = [dir.join(CA_FILE), dir.join(CERT_FILE)]
@@ -61,13 +63,35 @@ pub fn server(cert_dir: Option<&Path>, names: &[String]) -> Result<Server, Error
     };
     let fingerprint = resolver.fingerprint();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::SelfSigned(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .map_err(|e| Error::SelfSigned(e.to_string()))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Server { config: Arc::new(config), fingerprint, ca_pem })
+}
+
+/// A verifier of client certificates signed by the CA in `path`, which lets a client present none.
+fn client_verifier(
+    path: &Path,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, Error> {
+    let read = |reason: String| Error::Read { path: path.to_path_buf(), reason };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|e| read(e.to_string()))? {
+        roots.add(cert.map_err(|e| read(e.to_string()))?).map_err(|e| read(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(read("no CA certificate in it".into()));
+    }
+    rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| read(e.to_string()))
 }
 
 /// Files and their modification times, when the certificate came from a directory.
@@ -171,7 +195,7 @@ mod tests {
 
     #[test]
     fn a_self_signed_certificate_is_made_and_fingerprinted() {
-        let server = server(None, &["localhost".to_string()]).unwrap();
+        let server = server(None, &["localhost".to_string()], None).unwrap();
         assert_eq!(server.fingerprint.len(), 32 * 3 - 1);
     }
 

@@ -136,3 +136,123 @@ async fn a_validate_playbook_refuses_an_invalid_cr_with_its_message_and_the_fail
         support::describe_output(&ignored)
     );
 }
+
+/// A CA and a client certificate it signed (`ca.crt`; `client.crt`, `client.key`) in `dir`.
+fn client_certificate(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let output =
+            std::process::Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+        assert!(output.status.success(), "openssl {args:?}: {}", support::describe_output(&output));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"],
+            &ec[..],
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=test-ca",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[&["req"], &ec[..], &["-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=kube-apiserver"]]
+            .concat(),
+    );
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.crt",
+        "-days",
+        "1",
+        "-extfile",
+        "client.ext",
+    ]);
+}
+
+/// The webhook's answer to a review of a cluster with `masters`, sent with curl (`cert`: a client
+/// certificate and key to present).
+fn review(
+    port: u16,
+    kind: &str,
+    namespace: &str,
+    masters: u32,
+    cert: Option<&std::path::Path>,
+) -> serde_json::Value {
+    let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u-1", "operation": "CREATE", "namespace": namespace, "userInfo": {"username": "someone"},
+        "object": {"apiVersion": format!("{GROUP}/v1alpha1"), "kind": kind,
+                   "metadata": {"name": "c", "namespace": namespace}, "spec": {"masters": masters, "size": 1}}}});
+    let mut curl = std::process::Command::new("curl");
+    curl.args([
+        "--silent",
+        "--show-error",
+        "--insecure",
+        "--max-time",
+        "120",
+        "-H",
+        "Content-Type: application/json",
+    ]);
+    if let Some(dir) = cert {
+        curl.arg("--cert").arg(dir.join("client.crt")).arg("--key").arg(dir.join("client.key"));
+    }
+    let url = format!("https://127.0.0.1:{port}/validate/{GROUP}/v1alpha1/{kind}");
+    let output = curl.args(["-d", &review.to_string(), &url]).output().expect("curl");
+    assert!(output.status.success(), "{}", support::describe_output(&output));
+    serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("an AdmissionReview")["response"]
+        .clone()
+}
+
+#[tokio::test]
+async fn with_a_client_ca_the_webhook_answers_only_a_caller_with_its_certificate() {
+    // A kind of its own: the configuration is cluster-wide, and the API server has no certificate.
+    const GUARDED: &str = "GuardedCluster";
+    let Test { client: _, ns, api: _ } = Test::setup("admission-ca").kind(GROUP, GUARDED).build().await;
+    let configuration = Configuration(format!("{}-validate", ns.name));
+    let certs = scratch_dir("admission-client-ca");
+    client_certificate(&certs);
+    let port = support::free_port();
+    let watches = format!(
+        "{}  validate: {{fixtures}}/playbooks/admission_masters.yml\n",
+        support::playbook_watch(GROUP, GUARDED, "validate.yml")
+    );
+    let operator = OperatorConfig::new(&watches, &ns.name)
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
+        .arg("--webhook-host=127.0.0.1")
+        .arg(format!("--webhook-configuration-name={}", configuration.0))
+        .arg(format!("--webhook-client-ca={}", certs.join("ca.crt").display()))
+        .start();
+    support::api::ApiServer::localhost(port, None).wait_until_up(WAIT);
+
+    let refused = review(port, GUARDED, &ns.name, 3, None);
+    assert_eq!(refused["allowed"], false, "{refused}");
+    assert!(
+        refused["status"]["message"].as_str().unwrap_or_default().contains("--webhook-client-ca"),
+        "{refused}"
+    );
+    let allowed = review(port, GUARDED, &ns.name, 3, Some(&certs));
+    assert_eq!(allowed["allowed"], true, "{allowed}\n{}", operator.log());
+    let denied = review(port, GUARDED, &ns.name, 2, Some(&certs));
+    assert_eq!(denied["allowed"], false, "{denied}");
+    assert!(denied["status"]["message"].as_str().unwrap_or_default().contains("must be odd"), "{denied}");
+}

@@ -53,8 +53,8 @@ fn cr(namespace: &str, name: &str, payloads: &[String]) -> DynamicObject {
     .expect("a CR")
 }
 
-/// The watch: the injection playbook records `probe_names`; `fields` are further lines.
-fn watches(fields: &str) -> String {
+/// The watch of `kind`: the injection playbook records `probe_names`; `fields` are further lines.
+fn watches(kind: &str, fields: &str) -> String {
     let names = json!([
         "payloads",
         "nested",
@@ -66,7 +66,7 @@ fn watches(fields: &str) -> String {
     ]);
     format!(
         "{}{fields}  vars:\n    probe_names: {names}\n",
-        support::playbook_watch(GROUP, KIND, "injection.yml")
+        support::playbook_watch(GROUP, kind, "injection.yml")
     )
 }
 
@@ -125,7 +125,7 @@ async fn no_injection_runs_through_a_create_a_reconcile_a_plan_a_forged_review_o
     let payloads = payloads(&markers);
     let configuration = Configuration(format!("{}-validate", ns.name));
     let port = support::free_port();
-    let watches = watches("  validate: {fixtures}/playbooks/injection.yml\n  validateTimeout: 25s\n");
+    let watches = watches(KIND, "  validate: {fixtures}/playbooks/injection.yml\n  validateTimeout: 25s\n");
     let operator = start(&watches, &ns.name, port, &configuration.0);
     let webhook = ApiServer::localhost(port, None);
     webhook.wait_until_up(WAIT);
@@ -209,13 +209,15 @@ async fn no_injection_runs_through_a_create_a_reconcile_a_plan_a_forged_review_o
 
 #[tokio::test]
 async fn the_corpus_runs_where_a_watch_trusts_its_crs_templates() {
-    let Test { client: _, ns, api } = Test::setup("injection-trusted").kind(GROUP, KIND).build().await;
+    // A kind of its own: the other test's webhook configuration is cluster-wide.
+    const TRUSTED: &str = "TrustedInjected";
+    let Test { client: _, ns, api } = Test::setup("injection-trusted").kind(GROUP, TRUSTED).build().await;
     let markers = scratch_dir("injection-trusted-markers");
     let payloads = payloads(&markers);
-    let _operator = OperatorConfig::new(&watches("  trustCRTemplates: true\n"), &ns.name).start();
+    let _operator = OperatorConfig::new(&watches(TRUSTED, "  trustCRTemplates: true\n"), &ns.name).start();
     // The plain lookup and the #jinja2: header: both run when trusted, neither runs by default.
     let chosen = vec![payloads[0].clone(), payloads[10].clone()];
-    support::create_cr(&api, GROUP, KIND, "trusted", json!({"payloads": chosen})).await;
+    support::create_cr(&api, GROUP, TRUSTED, "trusted", json!({"payloads": chosen})).await;
     let markers_seen = support::wait_for("both payloads to run", WAIT, || async {
         let fired = fired(&markers);
         Ok(if fired == ["0", "10"] { Ok(fired) } else { Err(format!("fired {fired:?}")) })

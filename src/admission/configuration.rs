@@ -54,8 +54,16 @@ pub fn path(gvk: &Gvk) -> String {
     format!("/validate/{}/{}/{}", gvk.group, gvk.version, gvk.kind)
 }
 
-/// The configuration named `name` with one webhook per kind; `ca_pem` is the CA bundle (PEM).
-pub fn configuration(name: &str, kinds: &[Kind], endpoint: &Endpoint, ca_pem: &[u8]) -> Value {
+/// The configuration named `name` with one webhook per kind; `ca_pem` is the CA bundle (PEM). With
+/// `namespaces` (`WATCH_NAMESPACE`), a namespaced object is sent only from those: an operator does not
+/// judge the CRs it would never reconcile.
+pub fn configuration(
+    name: &str,
+    kinds: &[Kind],
+    endpoint: &Endpoint,
+    ca_pem: &[u8],
+    namespaces: &[String],
+) -> Value {
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let webhooks: Vec<Value> = kinds
         .iter()
@@ -69,7 +77,7 @@ pub fn configuration(name: &str, kinds: &[Kind], endpoint: &Endpoint, ca_pem: &[
             };
             client_config["caBundle"] = Value::from(ca_bundle.clone());
             let timeout = kind.validate.timeout.as_millis().div_ceil(1000) as u64;
-            json!({
+            let mut webhook = json!({
                 "name": format!("{}.{}.{}", gvk.version, kind.plural, gvk.group).to_lowercase(),
                 "rules": [{
                     "apiGroups": [gvk.group],
@@ -83,7 +91,12 @@ pub fn configuration(name: &str, kinds: &[Kind], endpoint: &Endpoint, ca_pem: &[
                 "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "clientConfig": client_config,
-            })
+            });
+            if !namespaces.is_empty() {
+                webhook["namespaceSelector"] = json!({"matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]});
+            }
+            webhook
         })
         .collect();
     json!({
@@ -130,6 +143,7 @@ mod tests {
             &[kind(FailurePolicy::Ignore, Duration::from_millis(2500))],
             &endpoint,
             b"PEM",
+            &[],
         );
         assert_eq!(config["metadata"]["name"], "op-validate");
         let webhook = &config["webhooks"][0];
@@ -143,6 +157,7 @@ mod tests {
         assert_eq!(webhook["timeoutSeconds"], 3, "2.5s rounds up");
         assert_eq!(webhook["sideEffects"], "None");
         assert_eq!(webhook["admissionReviewVersions"], json!(["v1"]));
+        assert!(webhook.get("namespaceSelector").is_none(), "every namespace without WATCH_NAMESPACE");
         assert_eq!(
             webhook["clientConfig"],
             json!({"url": "https://127.0.0.1:8443/validate/infra.example.com/v1/KubernetesCluster", "caBundle": "UEVN"})
@@ -152,9 +167,20 @@ mod tests {
     #[test]
     fn an_in_cluster_operator_is_called_through_its_service() {
         let endpoint = Endpoint::Service { namespace: "ops".into(), name: "op-api".into(), port: 8082 };
-        let config =
-            configuration("x", &[kind(FailurePolicy::Fail, Duration::from_secs(5))], &endpoint, b"PEM");
+        let namespaces = ["a".to_string(), "b".to_string()];
+        let config = configuration(
+            "x",
+            &[kind(FailurePolicy::Fail, Duration::from_secs(5))],
+            &endpoint,
+            b"PEM",
+            &namespaces,
+        );
         let webhook = &config["webhooks"][0];
+        assert_eq!(
+            webhook["namespaceSelector"],
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "b"]}]}),
+            "only the watched namespaces"
+        );
         assert_eq!(webhook["failurePolicy"], "Fail");
         assert_eq!(webhook["timeoutSeconds"], 5);
         assert_eq!(

@@ -6,6 +6,7 @@
 //! `patch`; a plan `update`).
 
 mod admission;
+pub use admission::Gate;
 mod console;
 mod handlers;
 mod inputs;
@@ -62,6 +63,8 @@ pub struct State {
     pub runner_dir: PathBuf,
     /// The validate playbooks' runner, when a watch has one.
     pub validator: Option<Arc<crate::admission::Validator>>,
+    /// Who may call the webhook, and how often.
+    pub gate: admission::Gate,
 }
 
 impl std::fmt::Debug for State {

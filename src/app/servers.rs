@@ -35,7 +35,7 @@ pub(super) async fn serve_endpoints(args: &RunArgs, wired: &Wiring) -> anyhow::R
     if let Some(listener) = bind(&args.metrics_bind_address, "metrics").await? {
         let secure = match args.metrics_secure {
             true => Some(metrics::Secure {
-                tls: tls::server(args.metrics_cert_dir.as_deref(), &certificate_names())
+                tls: tls::server(args.metrics_cert_dir.as_deref(), &certificate_names(), None)
                     .context("the metrics endpoint's TLS certificate")?,
                 access: args.metrics_require_rbac.then(|| Arc::new(Access::new(wired.client.clone()))),
             }),
@@ -89,8 +89,9 @@ pub(super) async fn serve_api(
         }
         return Ok(());
     };
-    let tls = tls::server(args.api_cert_dir.as_deref(), &certificate_names())
-        .context("the API's TLS certificate")?;
+    let tls =
+        tls::server(args.api_cert_dir.as_deref(), &certificate_names(), args.webhook_client_ca.as_deref())
+            .context("the API's TLS certificate")?;
     let validator = (!validated.is_empty()).then(|| {
         Arc::new(Validator::new(
             kinds.iter().map(|kind| kind.composer.clone()),
@@ -107,6 +108,7 @@ pub(super) async fn serve_api(
             &validated,
             &endpoint,
             &tls.ca_pem,
+            &wired.namespaces,
         );
         apply_webhooks(&wired.client, &config, &args.webhook_configuration_name).await;
     }
@@ -118,6 +120,7 @@ pub(super) async fn serve_api(
         kinds,
         runner_dir: args.runner_dir.clone(),
         validator,
+        gate: api::Gate::new(args.webhook_client_ca.is_some(), args.webhook_client_rate),
     };
     tokio::spawn(api::serve(listener, tls, Arc::new(state), wired.shutdown.clone()));
     Ok(())
