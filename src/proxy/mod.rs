@@ -8,6 +8,7 @@ pub mod children;
 pub mod classify;
 pub mod credentials;
 pub mod dependents;
+pub mod dry_run;
 pub mod kubeconfig;
 pub mod owner;
 pub mod read_index;
@@ -180,7 +181,7 @@ impl Proxy {
 
     async fn route(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
         let handling = if grant.plan_only {
-            classify_plan(request.method(), request.headers(), request.uri())
+            classify_plan(request.headers())
         } else {
             classify(request.method(), request.headers(), request.uri(), self.children.linked())
         };
@@ -197,14 +198,7 @@ impl Proxy {
                     "a plan's run may not exec, attach or port-forward",
                 ))
             }
-            Handling::DryRun { uri } => {
-                let (mut parts, body) = prepare(request).await?;
-                parts.uri = uri;
-                let response = self.send(&parts, body).await?;
-                let code = response.status().as_u16();
-                tracing::debug!(method = %parts.method, path = parts.uri.path(), code, "proxied a plan's write as a dry run");
-                Ok(response.map(box_body))
-            }
+            Handling::Rebuild => self.rebuilt(request).await,
             Handling::Write { info, write, link, verb } => {
                 self.write(request, &info, write, link, verb, grant).await
             }
@@ -242,6 +236,44 @@ impl Proxy {
                 Ok(response.map(box_body))
             }
         }
+    }
+
+    /// A plan's request sent as [`dry_run::rebuild`] rebuilds it: a write as a server-side dry run,
+    /// with the path, query and options body the proxy wrote; or refused with the reason.
+    async fn rebuilt(&self, request: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
+        let (mut parts, body) = prepare(request).await?;
+        let rebuilt =
+            dry_run::rebuild(&parts.method, parts.uri.path(), parts.uri.query(), &parts.headers, &body);
+        let rebuilt = match rebuilt {
+            Ok(rebuilt) => rebuilt,
+            Err(refusal) => {
+                tracing::warn!(
+                    method = %parts.method,
+                    path = parts.uri.path(),
+                    reason = %refusal.reason,
+                    "refused a plan's request"
+                );
+                return Ok(status(StatusCode::FORBIDDEN, "Forbidden", &refusal.to_string()));
+            }
+        };
+        parts.uri = rebuilt.path_and_query.parse().map_err(|_| ProxyError::Path)?;
+        let body = match rebuilt.body {
+            Some(options) => {
+                // The options the proxy wrote replace the run's body, as JSON, whatever it was sent as.
+                let headers = &mut parts.headers;
+                headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                headers.remove(header::CONTENT_ENCODING);
+                headers.remove(header::TRANSFER_ENCODING);
+                headers.insert(header::CONTENT_LENGTH, http::HeaderValue::from(options.len()));
+                options
+            }
+            None => body,
+        };
+        let response = self.send(&parts, body).await?;
+        let code = response.status().as_u16();
+        let (method, path, write) = (&parts.method, parts.uri.path(), rebuilt.write);
+        tracing::debug!(%method, path, write, code, "proxied a plan's request, a write as a dry run");
+        Ok(response.map(box_body))
     }
 
     /// A create, replace or apply: its object linked to the run's CR when `link` and the ownership
