@@ -166,7 +166,8 @@ async fn a_plans_writes_through_the_proxy_change_nothing_and_what_cannot_be_rebu
         "containers": [{"name": "c", "image": "example.invalid/p"}],
     }});
     create::<Pod>(&client, ns, pod).await;
-    support::create_cr(&crs, GROUP, KIND, "thing", json!({"size": 1})).await;
+    let thing = support::create_cr(&crs, GROUP, KIND, "thing", json!({"size": 1})).await;
+    let thing_rv = thing.metadata.resource_version.expect("a created CR has a resourceVersion");
 
     // Controllers finish with the new objects (the Deployment's ReplicaSet and status) first.
     let before = support::wait_for("the namespace to settle", WAIT, || async {
@@ -214,7 +215,7 @@ async fn a_plans_writes_through_the_proxy_change_nothing_and_what_cannot_be_rebu
             Some(query) => format!("{path}?{query}"),
             None => path,
         };
-        let body = entry.body.replace("{ns}", ns);
+        let body = entry.body.replace("{ns}", ns).replace("{thing_rv}", &thing_rv);
         let (code, answer) =
             send(port, &issued.token, &entry.method, &target, entry.content_type.as_deref(), body.as_bytes())
                 .await;
