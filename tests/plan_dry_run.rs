@@ -29,6 +29,9 @@ use tokio_util::sync::CancellationToken;
 const GROUP: &str = "dryrun.test.example.com";
 const KIND: &str = "Thing";
 const WAIT: Duration = Duration::from_secs(60);
+/// How long one request of the corpus may take: a request the proxy sends on to a workload (a
+/// service's proxy, an exec) may hang instead of failing.
+const ANSWER: Duration = Duration::from_secs(20);
 
 /// One request of the corpus.
 #[derive(Debug, serde::Deserialize)]
@@ -216,9 +219,12 @@ async fn a_plans_writes_through_the_proxy_change_nothing_and_what_cannot_be_rebu
             None => path,
         };
         let body = entry.body.replace("{ns}", ns).replace("{thing_rv}", &thing_rv);
-        let (code, answer) =
-            send(port, &issued.token, &entry.method, &target, entry.content_type.as_deref(), body.as_bytes())
-                .await;
+        let sent =
+            send(port, &issued.token, &entry.method, &target, entry.content_type.as_deref(), body.as_bytes());
+        let Ok((code, answer)) = tokio::time::timeout(ANSWER, sent).await else {
+            failures.push(format!("{} ({} {target}): no answer within {ANSWER:?}", entry.name, entry.method));
+            continue;
+        };
         let message = answer["message"].as_str().unwrap_or_default();
         let refused = code == 403 && message.starts_with("a plan's run may not send this");
         let ok = match entry.expect {

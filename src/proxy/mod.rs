@@ -188,15 +188,10 @@ impl Proxy {
         match handling {
             Handling::Upgrade => self.forward_upgrade(request).await,
             Handling::Refuse => {
-                tracing::info!(
-                    path = request.uri().path(),
-                    "a plan's run may not exec, attach or port-forward"
-                );
-                Ok(status(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden",
-                    "a plan's run may not exec, attach or port-forward",
-                ))
+                let message = "a plan's run may not send this request: an upgrade (exec, attach, port-forward) \
+                               reaches a running container, which a dry run cannot hold back";
+                tracing::warn!(path = request.uri().path(), "refused a plan's upgrade");
+                Ok(status(StatusCode::FORBIDDEN, "Forbidden", message))
             }
             Handling::Rebuild => self.rebuilt(request).await,
             Handling::Write { info, write, link, verb } => {
