@@ -820,6 +820,33 @@ mod fuzz {
         (content_type, body)
     }
 
+    /// A string written the way some client might escape it: each byte kept where Go reads it
+    /// back unchanged, or escaped in upper or lower case hex (a query's space maybe as `+`).
+    fn written(text: &str, styles: &[u8], query: bool) -> String {
+        let mut out = String::new();
+        for (i, &byte) in text.as_bytes().iter().enumerate() {
+            let style = styles.get(i).copied().unwrap_or_default() % 3;
+            let plain = byte.is_ascii_alphanumeric() || b"-._~:@!$'()*,".contains(&byte);
+            match (style, byte) {
+                (_, b' ') if query && style == 0 => out.push('+'),
+                (0, _) if plain => out.push(char::from(byte)),
+                (1, _) => out.push_str(&format!("%{byte:02x}")),
+                _ => out.push_str(&format!("%{byte:02X}")),
+            }
+        }
+        out
+    }
+
+    /// Names and values as they come from a spec: any text, dry run words included.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            2 => "[a-zA-Z0-9 ?=&;/%+.-]{0,8}",
+            1 => proptest::sample::select(vec!["dryRun", "DryRun", "All", "victim?dryRun=All;"]).prop_map(str::to_string),
+            1 => text(),
+        ]
+        .prop_filter("a name of one segment", |w| !w.is_empty() && !w.contains('/') && w != "." && w != "..")
+    }
+
     proptest! {
         #![proptest_config(config(2048))]
 
@@ -881,6 +908,32 @@ mod fuzz {
             if go_parse_query(&query).is_err() {
                 prop_assert!(result.is_err(), "{query:?} was sent as {result:?}");
             }
+        }
+        #[test]
+        fn a_write_go_reads_without_error_is_sent_with_the_same_pairs_and_a_dry_run(
+            method in proptest::sample::select(vec![Method::POST, Method::PUT, Method::PATCH, Method::DELETE]),
+            name in word(),
+            pairs in proptest::collection::vec((word(), word()), 0..6),
+            styles in proptest::collection::vec(any::<u8>(), 64),
+        ) {
+            let path = format!("/api/v1/namespaces/ns/configmaps/{}", written(&name, &styles, false));
+            let query: Vec<String> = pairs
+                .iter()
+                .map(|(key, value)| format!("{}={}", written(key, &styles, true), written(value, &styles, true)))
+                .collect();
+            let query = query.join("&");
+            let rebuilt = rebuild(&method, &path, Some(&query), &HeaderMap::new(), b"");
+            prop_assert!(rebuilt.is_ok(), "{path}?{query} was refused: {rebuilt:?}");
+            let rebuilt = rebuilt.unwrap();
+            let (sent_path, sent_query) = rebuilt.path_and_query.split_once('?').expect("a query");
+            let (segments, _) = segments(sent_path).expect("the sent path parses");
+            prop_assert_eq!(segments.last(), Some(&name));
+            let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (key, value) in pairs.iter().filter(|(key, _)| !same_field(key, DRY_RUN)) {
+                expected.entry(key.clone()).or_default().push(value.clone());
+            }
+            expected.insert(DRY_RUN.to_string(), vec!["All".to_string()]);
+            prop_assert_eq!(go_parse_query(sent_query), Ok(expected));
         }
     }
 }
