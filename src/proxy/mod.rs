@@ -2,7 +2,8 @@
 //! every request to the API server with the operator's credentials. Each run authenticates with a
 //! token issued for it alone; creates get the run's CR as owner, and the created kinds are watched.
 //! Reads are never cached, so a playbook always reads its own writes. What a request gets is decided
-//! in [`classify`]; what the proxy does to the children runs write is in [`children`].
+//! in [`classify`]; what the proxy does to the children runs write is in [`children`]. A plan's
+//! run (a plan, a validation) writes nothing: each of its requests is rebuilt in [`dry_run`].
 
 pub mod children;
 pub mod classify;
