@@ -32,6 +32,7 @@ mod operations;
 mod ownership;
 mod pause;
 mod plan;
+mod plan_dry_run;
 mod pod_modules;
 mod proxy;
 mod read_set;

@@ -45,41 +45,18 @@ pub enum Handling {
     },
     /// Everything else (watches, discovery, logs): passed through untouched.
     Pass,
-    /// A plan's write: sent to `uri`, which asks for a server-side dry run, so the API server
-    /// validates and defaults it and answers with what it would store, and nothing is written.
-    DryRun {
-        /// The request's path and query with `dryRun=All`.
-        uri: Uri,
-    },
+    /// A plan's request: rebuilt by [`super::dry_run::rebuild`] once its body is read, so that a
+    /// write is a server-side dry run (the API server validates and defaults it and answers with what
+    /// it would store, and nothing is written), or refused.
+    Rebuild,
     /// Refused: a plan's run may not do this (exec, attach, port-forward act on running containers).
     Refuse,
 }
 
-/// How the proxy handles a request of a plan's run: every write (POST, PUT, PATCH, DELETE of one
-/// object or a collection, status included) becomes a server-side dry run; nothing is linked,
-/// recorded or watched; reads pass; upgrades are refused.
-pub fn classify_plan(method: &Method, headers: &HeaderMap, uri: &Uri) -> Handling {
-    if is_upgrade(headers) {
-        return Handling::Refuse;
-    }
-    match *method {
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE => Handling::DryRun { uri: dry_run(uri) },
-        _ => Handling::Pass,
-    }
-}
-
-/// `uri` with `dryRun=All` in its query (once: a client that asked for a dry run already keeps its own).
-fn dry_run(uri: &Uri) -> Uri {
-    let path = uri.path();
-    let query = uri.query().unwrap_or_default();
-    let asked = query.split('&').any(|pair| pair.starts_with("dryRun="));
-    let with = match (query.is_empty(), asked) {
-        (_, true) => format!("{path}?{query}"),
-        (true, false) => format!("{path}?dryRun=All"),
-        (false, false) => format!("{path}?{query}&dryRun=All"),
-    };
-    // A path and query that parsed once parse again with a plain `key=value` pair added.
-    with.parse().unwrap_or_else(|_| uri.clone())
+/// How the proxy handles a request of a plan's run: every request is rebuilt (a write as a
+/// server-side dry run); nothing is linked, recorded or watched; upgrades are refused.
+pub fn classify_plan(headers: &HeaderMap) -> Handling {
+    if is_upgrade(headers) { Handling::Refuse } else { Handling::Rebuild }
 }
 
 /// How the proxy handles a request with this method, URI and headers; `link` is
@@ -307,51 +284,12 @@ mod tests {
         assert_eq!(classified(Method::POST, "application/json", eviction), Handling::Pass);
     }
 
-    fn planned(method: Method, uri: &str) -> Handling {
-        classify_plan(&method, &headers("application/json"), &uri.parse().unwrap())
-    }
-
-    fn dry_run_to(uri: &str) -> Handling {
-        Handling::DryRun { uri: uri.parse().unwrap() }
-    }
-
     #[test]
-    fn every_write_of_a_plan_is_a_server_side_dry_run() {
-        let collection = "/api/v1/namespaces/ns/configmaps";
-        let object = "/apis/apps/v1/namespaces/ns/deployments/d";
-        let status = "/apis/g/v1/namespaces/ns/things/t/status";
-        assert_eq!(planned(Method::POST, collection), dry_run_to(&format!("{collection}?dryRun=All")));
-        assert_eq!(planned(Method::PUT, object), dry_run_to(&format!("{object}?dryRun=All")));
-        assert_eq!(planned(Method::PUT, status), dry_run_to(&format!("{status}?dryRun=All")));
-        assert_eq!(
-            planned(Method::PATCH, &format!("{object}?fieldManager=m")),
-            dry_run_to(&format!("{object}?fieldManager=m&dryRun=All"))
-        );
-        assert_eq!(planned(Method::DELETE, object), dry_run_to(&format!("{object}?dryRun=All")));
-        assert_eq!(
-            planned(Method::DELETE, &format!("{collection}?labelSelector=a%3Db")),
-            dry_run_to(&format!("{collection}?labelSelector=a%3Db&dryRun=All")),
-            "a deletecollection too"
-        );
-        let eviction = "/api/v1/namespaces/ns/pods/p/eviction";
-        assert_eq!(planned(Method::POST, eviction), dry_run_to(&format!("{eviction}?dryRun=All")));
-    }
-
-    #[test]
-    fn a_plan_write_that_already_asks_for_a_dry_run_keeps_its_own() {
-        let object = "/apis/apps/v1/namespaces/ns/deployments/d?dryRun=All&fieldManager=m";
-        assert_eq!(planned(Method::PATCH, object), dry_run_to(object));
-    }
-
-    #[test]
-    fn a_plan_reads_without_bookkeeping_and_may_not_exec() {
-        let object = "/api/v1/namespaces/ns/configmaps/c";
-        assert_eq!(planned(Method::GET, object), Handling::Pass, "no read-back: no watch, no relabel");
-        assert_eq!(planned(Method::GET, "/apis"), Handling::Pass);
+    fn every_request_of_a_plan_is_rebuilt_and_upgrades_are_refused() {
+        assert_eq!(classify_plan(&headers("application/json")), Handling::Rebuild);
         let mut upgrade = headers("application/json");
         upgrade.insert(header::CONNECTION, "Upgrade".parse().unwrap());
-        let exec = "/api/v1/namespaces/ns/pods/p/exec?command=rm".parse().unwrap();
-        assert_eq!(classify_plan(&Method::POST, &upgrade, &exec), Handling::Refuse);
+        assert_eq!(classify_plan(&upgrade), Handling::Refuse);
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //! every request to the API server with the operator's credentials. Each run authenticates with a
 //! token issued for it alone; creates get the run's CR as owner, and the created kinds are watched.
 //! Reads are never cached, so a playbook always reads its own writes. What a request gets is decided
-//! in [`classify`]; what the proxy does to the children runs write is in [`children`].
+//! in [`classify`]; what the proxy does to the children runs write is in [`children`]. A plan's
+//! run (a plan, a validation) writes nothing: each of its requests is rebuilt in [`dry_run`].
 
 pub mod children;
 pub mod classify;
 pub mod credentials;
 pub mod dependents;
+pub mod dry_run;
 pub mod kubeconfig;
 pub mod owner;
 pub mod read_index;
@@ -201,31 +203,19 @@ impl Proxy {
 
     async fn route(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
         let handling = if grant.plan_only {
-            classify_plan(request.method(), request.headers(), request.uri())
+            classify_plan(request.headers())
         } else {
             classify(request.method(), request.headers(), request.uri(), self.children.linked())
         };
         match handling {
             Handling::Upgrade => self.forward_upgrade(request).await,
             Handling::Refuse => {
-                tracing::info!(
-                    path = request.uri().path(),
-                    "a plan's run may not exec, attach or port-forward"
-                );
-                Ok(status(
-                    StatusCode::FORBIDDEN,
-                    "Forbidden",
-                    "a plan's run may not exec, attach or port-forward",
-                ))
+                let message = "a plan's run may not send this request: an upgrade (exec, attach, port-forward) \
+                               reaches a running container, which a dry run cannot hold back";
+                tracing::warn!(path = request.uri().path(), "refused a plan's upgrade");
+                Ok(status(StatusCode::FORBIDDEN, "Forbidden", message))
             }
-            Handling::DryRun { uri } => {
-                let (mut parts, body) = prepare(request).await?;
-                parts.uri = uri;
-                let response = self.send(&parts, body).await?;
-                let code = response.status().as_u16();
-                tracing::debug!(method = %parts.method, path = parts.uri.path(), code, "proxied a plan's write as a dry run");
-                Ok(response.map(box_body))
-            }
+            Handling::Rebuild => self.rebuilt(request).await,
             Handling::Write { info, write, link, verb } => {
                 self.write(request, &info, write, link, verb, grant).await
             }
@@ -263,6 +253,44 @@ impl Proxy {
                 Ok(response.map(box_body))
             }
         }
+    }
+
+    /// A plan's request sent as [`dry_run::rebuild`] rebuilds it: a write as a server-side dry run,
+    /// with the path, query and options body the proxy wrote; or refused with the reason.
+    async fn rebuilt(&self, request: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
+        let (mut parts, body) = prepare(request).await?;
+        let rebuilt =
+            dry_run::rebuild(&parts.method, parts.uri.path(), parts.uri.query(), &parts.headers, &body);
+        let rebuilt = match rebuilt {
+            Ok(rebuilt) => rebuilt,
+            Err(refusal) => {
+                tracing::warn!(
+                    method = %parts.method,
+                    path = parts.uri.path(),
+                    reason = %refusal.reason,
+                    "refused a plan's request"
+                );
+                return Ok(status(StatusCode::FORBIDDEN, "Forbidden", &refusal.to_string()));
+            }
+        };
+        parts.uri = rebuilt.path_and_query.parse().map_err(|_| ProxyError::Path)?;
+        let body = match rebuilt.body {
+            Some(options) => {
+                // The options the proxy wrote replace the run's body, as JSON, whatever it was sent as.
+                let headers = &mut parts.headers;
+                headers.insert(header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+                headers.remove(header::CONTENT_ENCODING);
+                headers.remove(header::TRANSFER_ENCODING);
+                headers.insert(header::CONTENT_LENGTH, http::HeaderValue::from(options.len()));
+                options
+            }
+            None => body,
+        };
+        let response = self.send(&parts, body).await?;
+        let code = response.status().as_u16();
+        let (method, path, write) = (&parts.method, parts.uri.path(), rebuilt.write);
+        tracing::debug!(%method, path, write, code, "proxied a plan's request, a write as a dry run");
+        Ok(response.map(box_body))
     }
 
     /// A create, replace or apply: its object linked to the run's CR when `link` and the ownership
