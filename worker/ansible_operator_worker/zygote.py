@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 import platform
 import selectors
+import shutil
 import signal
 import socket
 import sys
@@ -24,7 +25,7 @@ from . import (
     ansible_state,
     collection_loader,
     event_files,
-    files,
+    kept,
     jinja_misses,
     lazy_kubernetes,
     modules,
@@ -141,9 +142,10 @@ def main() -> NoReturn:
     runner_cli.build()
     event_files.install()
     parse_cache.install()
-    template_cache.install(_cache_dir(".templates"))
-    modules.BYTECODE_DIR = _cache_dir(".bytecode")
-    payload_cache.install(_cache_dir(".ansiballz"))
+    _keep_in_memory()
+    template_cache.install()
+    modules.install_bytecode()
+    payload_cache.install()
     jinja_misses.install()
     inputs = ansible_state.worker_inputs()
     playbook_cli.build()
@@ -184,10 +186,26 @@ def _add_runner_environment() -> None:
     os.environ.update(env)
 
 
-def _cache_dir(name: str) -> str | None:
-    """A cache directory `name` in the worker's working directory (the operator's runner
-    directory), only for this user."""
-    return files.private_dir(os.path.join(os.getcwd(), name))
+#: Directories under the runner directory where workers before this one kept compiled code that
+#: runs wrote; nothing reads them now.
+_FORMER_CACHES = (".templates", ".bytecode", ".ansiballz")
+
+
+def _keep_in_memory() -> None:
+    """What the worker keeps for runs lives in its memory (`kept`), where a run cannot write: no
+    process of this user may attach to the worker (ptrace, /proc/<pid>/mem) once it is not
+    dumpable. Runs are made dumpable again (`run.prepare`). The directories former workers kept
+    code in are removed."""
+    process.set_dumpable(False)
+    for name in _FORMER_CACHES:
+        path = os.path.join(os.getcwd(), name)
+        if os.path.lexists(path):
+            print(f"ansible-operator worker: removing {path}: compiled code is no longer kept on disk", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
 
 
 def _preload() -> list[str]:
@@ -272,6 +290,9 @@ class Zygote:
         self.selector = selectors.DefaultSelector()
         self.wakeup_read, self.wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.stopping = False
+        #: Where runs report what they made themselves, and the learner at work on them.
+        self.reports = kept.open_reports()
+        self.learner: kept.Learner | None = None
 
     def serve(self) -> None:
         """Serves run requests until the operator goes away or SIGTERM."""
@@ -280,15 +301,52 @@ class Zygote:
         signal.signal(signal.SIGTERM, self._stop)
         self.selector.register(self.control, selectors.EVENT_READ)
         self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        self.selector.register(self.reports, selectors.EVENT_READ)
         self.spare = self._fork_spare()
         while not self.stopping:
-            for key, _ in self.selector.select():
+            timeout = None if self.learner is None else max(0.0, self.learner.deadline - time.monotonic())
+            events = self.selector.select(timeout)
+            # Runs first: what a learner brings can wait.
+            for key, _ in events:
                 if key.fileobj is self.control:
                     self._receive()
-                else:
+                elif key.fileobj is self.wakeup_read:
                     self._drain_wakeups()
+            for key, _ in events:
+                if key.fileobj is self.reports:
+                    self._start_learner()
+                elif self.learner is not None and key.fileobj == self.learner.results:
+                    self._learner_results()
+            if self.learner is not None and time.monotonic() >= self.learner.deadline:
+                self._end_learner(complete=False)
             self._reap()
+        if self.learner is not None:
+            self._end_learner(complete=False)
         self._end_runs()
+
+    def _start_learner(self) -> None:
+        """Reports wait: a learner takes them; the zygote stops looking at them until it is done."""
+        self.learner = kept.start_learner(self._leave_serving)
+        if self.learner is not None:
+            self.selector.unregister(self.reports)
+            self.selector.register(self.learner.results, selectors.EVENT_READ)
+
+    def _learner_results(self) -> None:
+        assert self.learner is not None
+        if kept.read_results(self.learner):
+            self._end_learner(complete=True)
+
+    def _end_learner(self, complete: bool) -> None:
+        """Keeps what the learner made (when it is done), and looks at reports again. The spare was
+        forked before: it is replaced, so the next run has what was learnt."""
+        assert self.learner is not None
+        self.selector.unregister(self.learner.results)
+        learnt = kept.finish_learner(self.learner, complete)
+        self.learner = None
+        self.selector.register(self.reports, selectors.EVENT_READ)
+        if learnt and self.spare is not None:
+            self._end_spare()
+            self.spare = self._fork_spare()
 
     def _stop(self, *_: Any) -> None:
         self.stopping = True
@@ -376,14 +434,23 @@ class Zygote:
         theirs.close()
         return Spare(pid, ours)
 
+    def _end_spare(self) -> None:
+        """Ends the spare: closing its socket ends a spare that waits for its run."""
+        assert self.spare is not None
+        self.spare.socket.close()
+        self.spare = None
+
     def _leave_serving(self) -> None:
         """In a fork: what only the serving loop uses goes."""
         signal.set_wakeup_fd(-1)
         self.selector.close()
         os.close(self.wakeup_read)
         os.close(self.wakeup_write)
+        if self.learner is not None:
+            os.close(self.learner.results)
         if self.spare is not None:
             self.spare.socket.close()
+        kept.leave()
 
     def _drain_wakeups(self) -> None:
         try:
