@@ -172,7 +172,8 @@ def _patch() -> None:
         if _learning:
             _learned = (key, (_dependencies(self, generated), code))
         else:
-            kept.report("template", _report(self, kind, key, name, filename, defer_init), text.encode("utf-8", "surrogatepass"))
+            meta = _report(self, kind, key, name, filename, defer_init)
+            kept.report("template", meta, text.encode("utf-8", "surrogatepass"))
             COUNTS.reported += 1
         return code
 
@@ -302,7 +303,7 @@ def _derive(meta: dict[str, Any], data: bytes) -> tuple[str, Any, int] | None:
     is the reported one (so the environment is the run's in everything the key holds)."""
     global _learning, _learned
     name, filename, defer_init = meta["name"], meta["filename"], meta["defer_init"]
-    if not (isinstance(name, (str, type(None))) and isinstance(filename, (str, type(None))) and isinstance(defer_init, bool)):
+    if not (_optional_str(name) and _optional_str(filename) and isinstance(defer_init, bool)):
         return None
     source = data.decode("utf-8", "surrogatepass")
     _learning = True
@@ -322,6 +323,10 @@ def _derive(meta: dict[str, Any], data: bytes) -> tuple[str, Any, int] | None:
     if learned is None or learned[0] != meta["key"]:
         return None
     return learned[0], learned[1], len(data)
+
+
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
 
 
 def _environment(qualified: Any, settings: Any) -> Any:
@@ -344,7 +349,8 @@ def _environment(qualified: Any, settings: Any) -> Any:
 
         base = _templar_environment(bool(getattr(constants, "DEFAULT_JINJA2_NATIVE", False)))
         template = sys.modules["ansible.template"]
-        classes = [type(base)] + [getattr(template, name, None) for name in ("AnsibleEnvironment", "AnsibleNativeEnvironment")]
+        names = ("AnsibleEnvironment", "AnsibleNativeEnvironment")
+        classes = [type(base)] + [getattr(template, name, None) for name in names]
         wanted = [cls for cls in classes if cls is not None and _qualified(cls) == qualified]
         if not wanted:
             return None

@@ -25,8 +25,8 @@ from . import (
     ansible_state,
     collection_loader,
     event_files,
-    kept,
     jinja_misses,
+    kept,
     lazy_kubernetes,
     modules,
     parse_cache,
@@ -200,7 +200,8 @@ def _keep_in_memory() -> None:
     for name in _FORMER_CACHES:
         path = os.path.join(os.getcwd(), name)
         if os.path.lexists(path):
-            print(f"ansible-operator worker: removing {path}: compiled code is no longer kept on disk", file=sys.stderr, flush=True)
+            message = f"ansible-operator worker: removing {path}: compiled code is no longer kept on disk"
+            print(message, file=sys.stderr, flush=True)
             with contextlib.suppress(OSError):
                 if os.path.isdir(path) and not os.path.islink(path):
                     shutil.rmtree(path)
@@ -337,16 +338,19 @@ class Zygote:
             self._end_learner(complete=True)
 
     def _end_learner(self, complete: bool) -> None:
-        """Keeps what the learner made (when it is done), and looks at reports again. The spare was
-        forked before: it is replaced, so the next run has what was learnt."""
+        """Keeps what the learner made (when it is done), and looks at reports again. What was
+        learnt joins what every fork shares (out of the collector's way, as at start), and the
+        spare, forked before, is replaced so that the next run has it."""
         assert self.learner is not None
         self.selector.unregister(self.learner.results)
         learnt = kept.finish_learner(self.learner, complete)
         self.learner = None
         self.selector.register(self.reports, selectors.EVENT_READ)
-        if learnt and self.spare is not None:
-            self._end_spare()
-            self.spare = self._fork_spare()
+        if learnt:
+            gc.freeze()
+            if self.spare is not None:
+                self._end_spare()
+                self.spare = self._fork_spare()
 
     def _stop(self, *_: Any) -> None:
         self.stopping = True

@@ -140,7 +140,9 @@ class Worker:
         message: dict[str, Any] = json.loads(self.socket.recv(1 << 20))
         return message
 
-    def run(self, ident: str, playbook: str, extravars: dict[str, Any], library: dict[str, str] | None = None) -> tuple[str, list[dict[str, Any]]]:
+    def run(
+        self, ident: str, playbook: str, extravars: dict[str, Any], library: dict[str, str] | None = None
+    ) -> tuple[str, list[dict[str, Any]]]:
         """Runs `playbook` with ansible-runner in a private data directory of its own; its mode
         (warm or cold) and the results of its tasks."""
         data_dir = self.runner_dir / ident
