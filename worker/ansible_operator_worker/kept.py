@@ -10,6 +10,7 @@ never what a thing made from given inputs is."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import marshal
 import os
@@ -35,7 +36,8 @@ _LEARNER_CPU_SECONDS = 20
 
 @dataclass
 class Store:
-    """Things kept by key, up to `max_entries` of them and `max_bytes` of their inputs."""
+    """Things kept by key, up to `max_entries` of them and `max_bytes` in all (each thing's size
+    as its maker measures it: marshalled code, a payload's bytes)."""
 
     max_entries: int
     max_bytes: int
@@ -54,6 +56,10 @@ class Store:
         self.size += size
         return True
 
+
+#: Reports the learner could not make anything of (by digest): runs do not send them again. A
+#: template compiled with a filter only its playbook has is one; they would cost a learner a run.
+REFUSED = Store(max_entries=4096, max_bytes=4096)
 
 #: Makes a thing again from a report, in the learner: its key, the thing and its size; None when
 #: it is not to be kept.
@@ -113,12 +119,16 @@ def report(kind: str, meta: dict[str, Any], data: bytes) -> None:
     except (TypeError, ValueError):
         return
     message = len(header).to_bytes(4, "big") + header + data
-    if len(message) > MAX_REPORT:
+    if len(message) > MAX_REPORT or REFUSED.get(_digest(message)) is not None:
         return
     try:
         _sender.send(message, socket.MSG_DONTWAIT)
     except OSError:
         pass
+
+
+def _digest(message: bytes) -> str:
+    return hashlib.sha256(message).hexdigest()
 
 
 def _parse(message: bytes) -> tuple[str, dict[str, Any], bytes] | None:
@@ -151,8 +161,10 @@ def learn(receiver: socket.socket) -> list[tuple[str, str, Any, int]]:
         try:
             derived = derive(meta, data)
         except Exception:  # noqa: BLE001 - what cannot be made again is not kept
-            continue
-        if derived is not None and store.get(derived[0]) is None:
+            derived = None
+        if derived is None:
+            made.append(("refused", _digest(message), True, 1))
+        elif store.get(derived[0]) is None:
             made.append((kind, *derived))
     return made
 
@@ -161,7 +173,8 @@ def keep(made: list[tuple[str, str, Any, int]]) -> int:
     """In the zygote: keeps what its learner made; returns how many were kept."""
     kept = 0
     for kind, key, value, size in made:
-        if kind in KINDS and KINDS[kind][0].put(key, value, size):
+        store = REFUSED if kind == "refused" else KINDS[kind][0] if kind in KINDS else None
+        if store is not None and store.put(key, value, size):
             kept += 1
     return kept
 

@@ -14,6 +14,7 @@ import _imp
 import atexit
 import hashlib
 import importlib.util
+import marshal
 import os
 import re
 import runpy
@@ -234,14 +235,14 @@ def _bytecode_key(source: bytes) -> str:
 def _derive_bytecode(meta: dict[str, Any], source: bytes) -> tuple[str, Any, int] | None:
     """In the worker's learner: the code of a module source a run reported, compiled here."""
     code = _COMPILE_SOURCE("<payload>", source)
-    return _bytecode_key(source), code, len(source)
+    return _bytecode_key(source), code, len(marshal.dumps(code))
 
 
 #: How zipimport compiles a source (before `_cache_payload_bytecode` wraps it).
 _COMPILE_SOURCE = zipimport._compile_source  # type: ignore[attr-defined]
 
 #: Compiled module sources, by `_bytecode_key`.
-BYTECODE = kept.Store(max_entries=4096, max_bytes=64 << 20)
+BYTECODE = kept.Store(max_entries=4096, max_bytes=32 << 20)
 
 
 def install_bytecode() -> None:

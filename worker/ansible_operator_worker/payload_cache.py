@@ -26,7 +26,7 @@ from typing import Any
 from . import kept
 
 #: Payloads the worker built, by module path: `(name, payload, files, search paths)`.
-STORE = kept.Store(max_entries=512, max_bytes=128 << 20)
+STORE = kept.Store(max_entries=256, max_bytes=64 << 20)
 
 #: Paths opened for reading while a payload is being built, in this process; None otherwise.
 _opened: list[str] | None = None

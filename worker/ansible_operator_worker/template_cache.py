@@ -30,6 +30,7 @@ import ast
 import contextlib
 import functools
 import hashlib
+import marshal
 import re
 import sys
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ ENABLED = False
 MAX_SOURCE = 64 * 1024
 
 #: Compiled templates by key: `(dependencies, code)`.
-STORE = kept.Store(max_entries=8192, max_bytes=64 << 20)
+STORE = kept.Store(max_entries=8192, max_bytes=32 << 20)
 
 #: Part of every key: a change of what an entry holds changes it.
 _FORMAT = 2
@@ -322,7 +323,7 @@ def _derive(meta: dict[str, Any], data: bytes) -> tuple[str, Any, int] | None:
     learned, _learned = _learned, None
     if learned is None or learned[0] != meta["key"]:
         return None
-    return learned[0], learned[1], len(data)
+    return learned[0], learned[1], len(marshal.dumps(learned[1][1]))
 
 
 def _optional_str(value: Any) -> bool:
