@@ -194,8 +194,9 @@ _FORMER_CACHES = (".templates", ".bytecode", ".ansiballz")
 def _keep_in_memory() -> None:
     """What the worker keeps for runs lives in its memory (`kept`), where a run cannot write: no
     process of this user may attach to the worker (ptrace, /proc/<pid>/mem) once it is not
-    dumpable. Runs are made dumpable again (`run.prepare`). The directories former workers kept
-    code in are removed."""
+    dumpable, nor to its learners and spares, which inherit that. A run is made dumpable again
+    once it has its request (`run.main`). The directories former workers kept code in are
+    removed."""
     process.set_dumpable(False)
     for name in _FORMER_CACHES:
         path = os.path.join(os.getcwd(), name)
