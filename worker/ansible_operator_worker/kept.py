@@ -3,7 +3,7 @@ that only the worker's own processes make, held in the zygote's memory and inher
 forks. A run never writes any of it. A run reports what it had to make itself as data (a template's
 source and compiler settings, a module's source, a module's path), on a datagram socket it
 inherits. When reports wait, the zygote forks a learner: a process with nothing of any run in it,
-which reads them, makes each thing again from that data alone (and, for a payload, from the files
+which makes each thing again from that data alone (and, for a payload, from the files
 the worker itself finds), and sends the results back. The zygote keeps them, bounded in count and
 size, for the runs it forks from then on. What a run reports can only choose which things are made,
 never what a thing made from given inputs is."""
@@ -26,12 +26,17 @@ from typing import Any
 #: Largest report a run sends (a module's source is the largest); larger ones are not sent.
 MAX_REPORT = 192 * 1024
 
-#: Reports one learner takes, and how long the zygote lets it work before it ends it.
-MAX_REPORTS_PER_LEARNER = 256
+#: Reports waiting for a learner, at most (each at most `MAX_REPORT`), and how long the zygote lets
+#: a learner work before it ends it.
+MAX_WAITING = 512
+MAX_WAITING_BYTES = 8 << 20
 LEARNER_SECONDS = 30.0
 
 #: CPU seconds a learner may use (it is killed by SIGXCPU past them).
 _LEARNER_CPU_SECONDS = 20
+
+#: A learner yields the CPU to runs: meanwhile they make what they lack themselves.
+_LEARNER_NICENESS = 10
 
 
 @dataclass
@@ -143,15 +148,25 @@ def _parse(message: bytes) -> tuple[str, dict[str, Any], bytes] | None:
     return kind, meta, message[4 + length :]
 
 
-def learn(receiver: socket.socket) -> list[tuple[str, str, Any, int]]:
-    """In the learner: reads the waiting reports and makes each thing again."""
-    made = []
-    seen: set[bytes] = set()
-    for _ in range(MAX_REPORTS_PER_LEARNER):
+def receive(receiver: socket.socket, waiting: list[bytes]) -> None:
+    """In the zygote: takes the reports that arrived, as bytes, up to `MAX_WAITING` of them and
+    `MAX_WAITING_BYTES` in all (the rest are read and dropped: runs report again what they lack)."""
+    size = sum(len(message) for message in waiting)
+    while True:
         try:
             message = receiver.recv(MAX_REPORT)
-        except BlockingIOError:
-            break
+        except (BlockingIOError, InterruptedError):
+            return
+        if len(waiting) < MAX_WAITING and size + len(message) <= MAX_WAITING_BYTES and message not in waiting:
+            waiting.append(message)
+            size += len(message)
+
+
+def learn(messages: list[bytes]) -> list[tuple[str, str, Any, int]]:
+    """In the learner: makes again the thing of each report."""
+    made = []
+    seen: set[bytes] = set()
+    for message in messages:
         parsed = _parse(message)
         if parsed is None or message in seen:
             continue
@@ -189,9 +204,8 @@ class Learner:
     received: bytearray = field(default_factory=bytearray)
 
 
-def start_learner(leave_serving: Callable[[], None]) -> Learner | None:
-    """In the zygote: forks a learner for the waiting reports; None when it cannot."""
-    assert _receiver is not None
+def start_learner(messages: list[bytes], leave_serving: Callable[[], None]) -> Learner | None:
+    """In the zygote: forks a learner for `messages` (reports); None when it cannot."""
     read, write = os.pipe2(os.O_CLOEXEC)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
@@ -204,13 +218,14 @@ def start_learner(leave_serving: Callable[[], None]) -> Learner | None:
     if pid == 0:
         status = 1
         try:
-            receiver = _receiver.dup()
+            messages = list(messages)  # what the fork leaves behind may include the list
             leave_serving()
             _stop_reporting()
             os.close(read)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.nice(_LEARNER_NICENESS)
             resource.setrlimit(resource.RLIMIT_CPU, (_LEARNER_CPU_SECONDS, _LEARNER_CPU_SECONDS))
-            data = marshal.dumps(learn(receiver))
+            data = marshal.dumps(learn(messages))
             with os.fdopen(write, "wb") as out:
                 out.write(data)
             status = 0

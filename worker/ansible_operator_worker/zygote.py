@@ -266,6 +266,10 @@ def _versions() -> dict[str, str]:
     }
 
 
+#: How long reports wait for the runs going to end before a learner takes them anyway: a learner
+#: takes CPU from runs, and a run that just started reports again what the one before it did.
+LEARN_DELAY = 2.0
+
 #: What a spare answers when it has its run request, and how long the zygote waits for it.
 _TAKEN = b"taken"
 _HAND_OVER_TIMEOUT = 5.0
@@ -295,6 +299,9 @@ class Zygote:
         #: Where runs report what they made themselves, and the learner at work on them.
         self.reports = kept.open_reports()
         self.learner: kept.Learner | None = None
+        #: Reports waiting for a learner, and when they go to one though runs are still going.
+        self.waiting: list[bytes] = []
+        self.learn_at: float | None = None
 
     def serve(self) -> None:
         """Serves run requests until the operator goes away or SIGTERM."""
@@ -306,7 +313,8 @@ class Zygote:
         self.selector.register(self.reports, selectors.EVENT_READ)
         self.spare = self._fork_spare()
         while not self.stopping:
-            timeout = None if self.learner is None else max(0.0, self.learner.deadline - time.monotonic())
+            deadline = self.learn_at if self.learner is None else self.learner.deadline
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self.selector.select(timeout)
             # Runs first: what a learner brings can wait.
             for key, _ in events:
@@ -316,22 +324,29 @@ class Zygote:
                     self._drain_wakeups()
             for key, _ in events:
                 if key.fileobj is self.reports:
-                    self._start_learner()
+                    kept.receive(self.reports, self.waiting)
+                    if self.waiting and self.learn_at is None:
+                        self.learn_at = time.monotonic() + LEARN_DELAY
                 elif self.learner is not None and key.fileobj == self.learner.results:
                     self._learner_results()
             if self.learner is not None and time.monotonic() >= self.learner.deadline:
                 self._end_learner(complete=False)
             self._reap()
+            ready = self.learn_at is not None and (not self.runs or time.monotonic() >= self.learn_at)
+            if ready and self.learner is None:
+                self._start_learner()
         if self.learner is not None:
             self._end_learner(complete=False)
         self._end_runs()
 
     def _start_learner(self) -> None:
-        """Reports wait: a learner takes them; the zygote stops looking at them until it is done."""
-        self.learner = kept.start_learner(self._leave_serving)
-        if self.learner is not None:
-            self.selector.unregister(self.reports)
-            self.selector.register(self.learner.results, selectors.EVENT_READ)
+        """Reports wait, and no run is going or they waited `LEARN_DELAY`: a learner takes them."""
+        self.learner = kept.start_learner(self.waiting, self._leave_serving)
+        if self.learner is None:
+            self.learn_at = time.monotonic() + LEARN_DELAY
+            return
+        self.waiting, self.learn_at = [], None
+        self.selector.register(self.learner.results, selectors.EVENT_READ)
 
     def _learner_results(self) -> None:
         assert self.learner is not None
@@ -339,14 +354,15 @@ class Zygote:
             self._end_learner(complete=True)
 
     def _end_learner(self, complete: bool) -> None:
-        """Keeps what the learner made (when it is done), and looks at reports again. What was
-        learnt joins what every fork shares (out of the collector's way, as at start), and the
-        spare, forked before, is replaced so that the next run has it."""
+        """Keeps what the learner made (when it is done). What was learnt joins what every fork
+        shares (out of the collector's way, as at start), and the spare, forked before, is replaced
+        so that the next run has it."""
         assert self.learner is not None
         self.selector.unregister(self.learner.results)
         learnt = kept.finish_learner(self.learner, complete)
         self.learner = None
-        self.selector.register(self.reports, selectors.EVENT_READ)
+        if self.waiting and self.learn_at is None:
+            self.learn_at = time.monotonic() + LEARN_DELAY
         if learnt:
             gc.freeze()
             if self.spare is not None:
@@ -455,6 +471,7 @@ class Zygote:
             os.close(self.learner.results)
         if self.spare is not None:
             self.spare.socket.close()
+        self.waiting.clear()
         kept.leave()
 
     def _drain_wakeups(self) -> None:

@@ -41,7 +41,7 @@ def test_what_the_learner_makes_is_kept_within_bounds(reports: socket.socket) ->
     for text in (b"a", b"a", b"bb", b"ccc"):
         kept.report("upper", {}, text)
     kept.report("unknown", {}, b"x")
-    made = kept.learn(reports)
+    made = learnt(reports)
     assert made == [("upper", "a", b"A", 1), ("upper", "bb", b"BB", 2), ("upper", "ccc", b"CCC", 3)]
     assert kept.keep(made) == 2, "two entries at most"
     store = kept.KINDS["upper"][0]
@@ -51,13 +51,13 @@ def test_what_the_learner_makes_is_kept_within_bounds(reports: socket.socket) ->
 def test_a_report_the_learner_refuses_is_not_sent_again(reports: socket.socket) -> None:
     kept.report("upper", {}, b"refuse")
     kept.report("upper", {}, b"raise")
-    made = kept.learn(reports)
+    made = learnt(reports)
     assert [kind for kind, *_ in made] == ["refused", "refused"]
     kept.keep(made)
     kept.report("upper", {}, b"refuse")
     kept.report("upper", {}, b"raise")
     kept.report("upper", {}, b"other")
-    assert kept.learn(reports) == [("upper", "other", b"OTHER", 5)]
+    assert learnt(reports) == [("upper", "other", b"OTHER", 5)]
 
 
 def test_reports_that_are_not_reports_are_refused(reports: socket.socket) -> None:
@@ -67,4 +67,22 @@ def test_reports_that_are_not_reports_are_refused(reports: socket.socket) -> Non
             sender.send(message)
     finally:
         sender.detach()
-    assert kept.learn(reports) == []
+    assert learnt(reports) == []
+
+
+def test_reports_wait_within_bounds(reports: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kept, "MAX_WAITING", 2)
+    waiting: list[bytes] = []
+    for text in (b"a", b"a", b"b", b"c"):
+        kept.report("upper", {}, text)
+    kept.receive(reports, waiting)
+    assert len(waiting) == 2, "the same report waits once; past the bound, reports are dropped"
+    kept.receive(reports, waiting)
+    assert len(waiting) == 2 and kept.learn(waiting) == [("upper", "a", b"A", 1), ("upper", "b", b"B", 1)]
+
+
+def learnt(receiver: socket.socket) -> list[tuple[str, str, Any, int]]:
+    """What a learner makes of the reports that arrived."""
+    waiting: list[bytes] = []
+    kept.receive(receiver, waiting)
+    return kept.learn(waiting)
