@@ -2,11 +2,11 @@
 that only the worker's own processes make, held in the zygote's memory and inherited by each run it
 forks. A run never writes any of it. A run reports what it had to make itself as data (a template's
 source and compiler settings, a module's source, a module's path), on a datagram socket it
-inherits. When reports wait, the zygote forks a learner: a process with nothing of any run in it,
-which makes each thing again from that data alone (and, for a payload, from the files
-the worker itself finds), and sends the results back. The zygote keeps them, bounded in count and
-size, for the runs it forks from then on. What a run reports can only choose which things are made,
-never what a thing made from given inputs is."""
+inherits. The zygote takes the reports as bytes and, once no run is going (or after a while),
+forks a learner: a process with nothing of any run in it, which makes each thing again from that
+data alone (and, for a payload, from the files the worker itself finds) and sends the results
+back. The zygote keeps them, bounded in count and size, for the runs it forks from then on. What a
+run reports can only choose which things are made, never what a thing made from given inputs is."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ KINDS: dict[str, tuple[Store, Derive]] = {}
 
 #: Where runs send reports (set in the zygote, inherited by every fork; None: nothing is learnt).
 _sender: socket.socket | None = None
-#: Where the zygote and its learner read them.
+#: Where the zygote reads them.
 _receiver: socket.socket | None = None
 
 
