@@ -408,3 +408,69 @@ async fn a_run_cancelled_by_shutdown_leaves_nothing_running_and_the_next_operato
     support::wait_for_condition(&api, "held", "Successful", "True", WAIT).await;
     assert_ran_warm(&next);
 }
+
+/// A run of one kind that rewrites every file where workers kept compiled code (templates, module
+/// bytecode, module payloads) under the runner directory, adds its own there, and sends the worker
+/// forged reports, leaves a later run of another kind in another namespace as it was: it converges,
+/// and the marker the poisoned code would write does not appear.
+#[tokio::test]
+async fn a_run_that_poisons_the_workers_caches_does_not_change_what_another_cr_runs() {
+    let (poisoner, victim) = ("Poisoner", "PoisonVictim");
+    let Test { client, ns, api } =
+        Test::setup("executor-poisoner").kind(GROUP, poisoner).kind(GROUP, victim).build().await;
+    let victim_ns = support::TestNamespace::new(&client, "executor-victim").await;
+    let marker = support::operator::scratch_dir("poison-marker").join("poisoned");
+    let watches = format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: {poisoner}\n  playbook: {{fixtures}}/poisoning/poisoner.yml\n  vars:\n    marker: {marker}\n\
+         - version: v1alpha1\n  group: {GROUP}\n  kind: {victim}\n  playbook: {{fixtures}}/poisoning/victim.yml\n",
+        marker = marker.display()
+    );
+    let namespaces = format!("{},{}", ns.name, victim_ns.name);
+    let operator = OperatorConfig::new(&watches, &namespaces).arg("--ansible-executor=warm").start();
+    let victims = support::cr_api(&client, GROUP, victim, &victim_ns.name);
+
+    // The victim kind runs once before any poison, so that whatever is kept for it is kept.
+    support::create_cr(&victims, GROUP, victim, "before", json!({})).await;
+    wait_terminal(&victims, "before", "Successful").await;
+    // The poisoner twice: the second time after the worker has had what the first run reported.
+    support::create_cr(&api, GROUP, poisoner, "poison", json!({"round": 1})).await;
+    wait_terminal(&api, "poison", "Successful").await;
+    let runner = operator.dir.join("runner");
+    assert!(runner.join(".templates/added-by-a-run").exists(), "the poison ran");
+    api.patch("poison", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"round": 2}})))
+        .await
+        .unwrap();
+    let second = ended_at(&api, "poison", 2).await;
+    assert_no_marker(&marker);
+    assert!(
+        support::successful_at(&second, 2),
+        "the second poisoning run succeeded: {:?}",
+        second.data["status"]
+    );
+
+    for name in ["after", "after-again"] {
+        support::create_cr(&victims, GROUP, victim, name, json!({})).await;
+        wait_terminal(&victims, name, "Successful").await;
+    }
+    assert_no_marker(&marker);
+    assert_ran_warm(&operator);
+}
+
+/// Waits until generation `generation` of the CR ended, `Successful` or `Failure`, and returns it.
+async fn ended_at(api: &Api<DynamicObject>, name: &str, generation: i64) -> DynamicObject {
+    support::wait_for(&format!("{name} generation {generation} to end"), WAIT, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        let ended = ["Successful", "Failure"].iter().any(|kind| {
+            support::condition(&object, kind)
+                .is_some_and(|c| c["status"] == "True" && c["observedGeneration"] == generation)
+        });
+        Ok(if ended { Ok(object) } else { Err(format!("status {}", object.data["status"])) })
+    })
+    .await
+}
+
+/// Fails the test when the marker poisoned code writes is there, saying how often it was written.
+fn assert_no_marker(marker: &Path) {
+    let written = std::fs::read_to_string(marker).unwrap_or_default();
+    assert!(!marker.exists(), "poisoned code ran in a later run ({} times)", written.lines().count());
+}

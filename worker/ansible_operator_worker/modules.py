@@ -27,11 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from . import files, process
-
-#: Where module processes keep the bytecode of what they compile from their payloads (set by the
-#: zygote; None: no cache).
-BYTECODE_DIR: str | None = None
+from . import kept, process
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT = re.compile(r"^AnsiballZ_[\w.]+\.py$")
@@ -213,27 +209,45 @@ def _unload_ansible() -> None:
 def _cache_payload_bytecode() -> None:
     """A module's payload is a zip of Python sources, which a new interpreter compiles at every
     import (zipimport keeps no bytecode): a tenth of a second for the kubernetes.core modules. The
-    same source gives the same code, so the compiled code is kept on disk by the hash of the source
-    (and of this Python's bytecode version), and only its file name is set to the payload's."""
-    directory = BYTECODE_DIR
-    if directory is None:
+    same source gives the same code, so the worker keeps code it compiled itself (`kept`) by the
+    hash of the source (and of this Python's bytecode version), and only its file name is set to
+    the payload's. A source it does not have is compiled here and reported to it."""
+    if "bytecode" not in kept.KINDS:
         return
-    compile_source = zipimport._compile_source  # type: ignore[attr-defined]
+    compile_source = _COMPILE_SOURCE
 
     def cached(pathname: str, source: bytes) -> object:
-        key = hashlib.sha256(importlib.util.MAGIC_NUMBER + source).hexdigest()
-        path = os.path.join(directory, key)
-        try:
-            with open(path, "rb") as file:
-                code = marshal.loads(file.read())
-        except (OSError, ValueError, EOFError):
+        code = BYTECODE.get(_bytecode_key(source))
+        if code is None:
             code = compile_source(pathname, source)
-            files.write_atomically(path, marshal.dumps(code))
+            kept.report("bytecode", {}, source)
             return code
         _imp._fix_co_filename(code, pathname)
         return code
 
     zipimport._compile_source = cached  # type: ignore[attr-defined]
+
+
+def _bytecode_key(source: bytes) -> str:
+    return hashlib.sha256(importlib.util.MAGIC_NUMBER + source).hexdigest()
+
+
+def _derive_bytecode(meta: dict[str, Any], source: bytes) -> tuple[str, Any, int] | None:
+    """In the worker's learner: the code of a module source a run reported, compiled here."""
+    code = _COMPILE_SOURCE("<payload>", source)
+    return _bytecode_key(source), code, len(marshal.dumps(code))
+
+
+#: How zipimport compiles a source (before `_cache_payload_bytecode` wraps it).
+_COMPILE_SOURCE = zipimport._compile_source  # type: ignore[attr-defined]
+
+#: Compiled module sources, by `_bytecode_key`.
+BYTECODE = kept.Store(max_entries=4096, max_bytes=32 << 20)
+
+
+def install_bytecode() -> None:
+    """In the worker: module processes are served the code it compiled, and report what it lacks."""
+    kept.register("bytecode", BYTECODE, _derive_bytecode)
 
 
 def _is_ansible(thing: object) -> bool:

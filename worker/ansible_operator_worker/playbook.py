@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, ansible_state, inline_tasks, modules, payload_cache, playbook_cli, process, protocol, task_forks
+from . import agent, ansible_state, inline_tasks, kept, modules, playbook_cli, process, protocol, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.
@@ -159,7 +159,7 @@ def install(worker: Worker, run_id: str, control_fd: int, inline: bool = False) 
             told, tell = os.pipe2(os.O_CLOEXEC)
             kwargs["preexec_fn"] = _playbook_process(decided, dict(env), tell, inline)
             try:
-                child = keeping_descriptor(original, tell)(command, args, **kwargs)
+                child = keeping_descriptors(original, [tell, kept.sender_fd()])(command, args, **kwargs)
             finally:
                 os.close(tell)
             take_told_status(child, told)
@@ -173,13 +173,15 @@ def install(worker: Worker, run_id: str, control_fd: int, inline: bool = False) 
     pexpect.spawn = spawn  # type: ignore[assignment]
 
 
-def keeping_descriptor(spawn: type, fd: int) -> type:
-    """pexpect's spawn, whose child keeps `fd` open (ptyprocess closes every other descriptor)."""
+def keeping_descriptors(spawn: type, fds: list[int | None]) -> type:
+    """pexpect's spawn, whose child keeps `fds` open (ptyprocess closes every other descriptor)."""
     import ptyprocess
+
+    kept_fds = tuple(fd for fd in fds if fd is not None)
 
     class Spawn(spawn):  # type: ignore[misc,valid-type]
         def _spawnpty(self, args: list[str], **kwargs: Any) -> Any:
-            return ptyprocess.PtyProcess.spawn(args, pass_fds=(fd,), **kwargs)
+            return ptyprocess.PtyProcess.spawn(args, pass_fds=kept_fds, **kwargs)
 
     return Spawn
 
@@ -279,8 +281,9 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int, inline: bool) 
 
     def run() -> None:
         # Where exec would close them: the pipe ptyprocess watches to learn that exec happened,
-        # and everything above 2 this process inherited, but the pipe its status is told on.
-        process.close_descriptors_from(3, keep=tell)
+        # and everything above 2 this process inherited, but the pipe its status is told on and
+        # the socket it reports what it compiled on (`kept`).
+        process.close_descriptors_from(3, keep={tell, kept.sender_fd()})
         process.set_name(script)
         process.replace_environment(env)
         process.reset_signals()
@@ -301,12 +304,9 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int, inline: bool) 
                 inline_tasks.install()
             if plan.worker_settings:
                 playbook_cli.install()
-            from ansible import constants
             from ansible.cli.playbook import main
 
-            payload_cache.restore(constants.DEFAULT_LOCAL_TMP)
             status = process.run_main(main)
-            payload_cache.keep(constants.DEFAULT_LOCAL_TMP)
         finally:
             if command.agent is not None:
                 command.agent.stop()

@@ -13,9 +13,10 @@ import resource
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, NoReturn
 
+_PR_SET_DUMPABLE = 4
 _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -122,15 +123,14 @@ def replace_environment(env: Mapping[str, str]) -> None:
             os.environ[name] = value
 
 
-def close_descriptors_from(lowest: int, keep: int | None = None) -> None:
-    """Closes every descriptor from `lowest` up but `keep`, as exec() with close-on-exec
+def close_descriptors_from(lowest: int, keep: Collection[int | None] = ()) -> None:
+    """Closes every descriptor from `lowest` up but those in `keep`, as exec() with close-on-exec
     everywhere else would."""
     highest = min(1 << 20, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    if keep is None or keep < lowest:
-        os.closerange(lowest, highest)
-        return
-    os.closerange(lowest, keep)
-    os.closerange(keep + 1, highest)
+    for fd in sorted(fd for fd in keep if fd is not None and fd >= lowest):
+        os.closerange(lowest, fd)
+        lowest = fd + 1
+    os.closerange(lowest, highest)
 
 
 def set_name(program: str) -> None:
@@ -138,6 +138,14 @@ def set_name(program: str) -> None:
     would have given: its file name, cut to 15 bytes."""
     name = os.path.basename(program).encode()[:15]
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+
+
+def set_dumpable(dumpable: bool) -> None:
+    """Whether processes of this user may attach to this one (ptrace, /proc/<pid>/mem) and it
+    dumps core; a fork inherits it, exec resets it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, int(dumpable), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
 
 
 def become_subreaper() -> None:

@@ -53,6 +53,9 @@ def main(
     try:
         if not prepared:
             prepare()
+        # Dumpable as after exec, now that it is a run: the zygote is not, nor is a spare while it
+        # waits, so that no run can change the process a later run is served by.
+        process.set_dumpable(True)
         stdin = os.open(os.devnull, os.O_RDONLY)
         process.redirect(stdin, stdout, stderr)
         for fd in {stdin, stdout, stderr} - {0, 1, 2}:

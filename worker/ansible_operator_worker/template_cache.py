@@ -2,10 +2,12 @@
 `Environment.from_string` for every templating, and Jinja2 keeps no cache for strings: each task
 fork parses the same task arguments, generates Python source from them and `compile()`s it again,
 more than half of the fork's time. The same source compiled by the same compiler settings gives the
-same code, so the code object is kept on disk (marshalled) by the hash of the source and of
-everything the compiler reads; task forks are grandchildren of the zygote and share it through that
-directory only. Ansible 2.19 compiles conditionals with `compile_expression`, which parses the
-expression and compiles the tree: those are kept by the expression's source.
+same code, so the worker keeps code objects (`kept`) by the hash of the source and of everything
+the compiler reads. A task fork that compiles a template the worker does not have reports its
+source and settings; the worker's learner compiles it again in an environment it makes with those
+settings, and keeps the code only when its own key for it is the one the run reported. Ansible
+2.19 compiles conditionals with `compile_expression`, which parses the expression and compiles the
+tree: those are kept by the expression's source.
 
 A kept template behaves as a fresh compilation, because:
 - the key holds the environment's class and code generator, its delimiters, whitespace and newline
@@ -19,38 +21,36 @@ A kept template behaves as a fresh compilation, because:
   kept, since its result is baked into the code (`{{ 100 | random }}` would always give the same);
 - `raw` compilations, sources that are not strings and a callable `autoescape` are left alone.
 
-Only the operator's user writes the directory (the zygote makes it private to that user), and an
-entry's name is the hash of what it was compiled from. A CR's author controls only extra-var values,
-which Ansible marks unsafe and never templates, so no template source and no kept code comes from
-them.
+No run writes what is kept: what a run reports only chooses which sources the worker compiles.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
 import hashlib
 import marshal
-import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from .files import private_dir, write_atomically
+from . import kept
 
-#: Where compiled templates are kept (set by `install`; None: not kept).
-DIRECTORY: str | None = None
+#: Whether compilations are served from the worker's store (set by `install`).
+ENABLED = False
 
-#: Sources longer than this (in characters) are compiled every time: rare, and not worth the disk.
+#: Sources longer than this (in characters) are compiled every time: rare, and not worth the memory.
 MAX_SOURCE = 64 * 1024
 
-#: Entries are spread over 256 subdirectories by the first two hex digits of their hash; a
-#: subdirectory takes no more entries past this count (8,192 in all), cheap to check on each write.
-MAX_PER_SHARD = 32
+#: Compiled templates by key: `(dependencies, code)`.
+STORE = kept.Store(max_entries=8192, max_bytes=32 << 20)
 
-#: The layout of an entry: `(_FORMAT, dependencies, code)`.
-_FORMAT = 1
+#: Part of every key: a change of what an entry holds changes it.
+_FORMAT = 2
 
 #: `environment.filters['name']` / `environment.tests['name']` in generated code.
 _DEPENDENCY = re.compile(r"""environment\.(filters|tests)\[('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]""")
@@ -81,12 +81,12 @@ _SIMPLE = (str, int, float, bool, type(None))
 class Counts:
     """What the cache did in this process (for tests and measurements)."""
 
-    #: Compilations served from the directory.
+    #: Compilations served from the worker's store.
     hits: int = 0
-    #: Compilations done by Jinja2 (whether kept or not).
+    #: Compilations done by Jinja2.
     compiled: int = 0
-    #: Compilations written to the directory.
-    kept: int = 0
+    #: Compilations reported to the worker.
+    reported: int = 0
 
 
 COUNTS = Counts()
@@ -97,21 +97,18 @@ _folds = 0
 #: The source of the expression `compile_expression` is compiling, until it reaches `compile`.
 _expression: str | None = None
 
+#: In the learner: the key and entry of the last compilation, instead of a report.
+_learning = False
+_learned: tuple[str, tuple[Any, CodeType]] | None = None
 
-def install(store: str | None) -> None:
-    """Serves Jinja2 compilations from `store` (a directory of this worker) from now on, in this
-    process and its forks, in a subdirectory per Ansible, Jinja2 and Python version (marshal's
-    format is Python's)."""
-    global DIRECTORY
-    if store is None:
-        return
-    import jinja2
-    from ansible import __version__
 
-    DIRECTORY = private_dir(os.path.join(store, f"{__version__}-jinja2-{jinja2.__version__}-{sys.implementation.cache_tag}"))
-    if DIRECTORY is None:
-        return
+def install() -> None:
+    """Serves Jinja2 compilations from the worker's store from now on, in this process and its
+    forks, and has compilations it does not hold reported to it."""
+    global ENABLED
     _patch()
+    ENABLED = True
+    kept.register("template", STORE, _derive)
 
 
 def _patch() -> None:
@@ -149,21 +146,20 @@ def _patch() -> None:
         raw: bool = False,
         defer_init: bool = False,
     ) -> Any:
-        global _expression
+        global _expression, _learned
         expression_source, _expression = _expression, None
-        directory = DIRECTORY
-        if directory is None or raw:
+        if not ENABLED or raw:
             return compile_template(self, source, name, filename, raw, defer_init)
         if isinstance(source, str):
-            key = _key(self, "template", source, name, filename, defer_init)
+            kind, text = "template", source
         elif expression_source is not None and _is_expression(source):
-            key = _key(self, "expression", expression_source, name, filename, defer_init)
+            kind, text = "expression", expression_source
         else:
-            key = None
+            return compile_template(self, source, name, filename, raw, defer_init)
+        key = _key(self, kind, text, name, filename, defer_init)
         if key is None:
             return compile_template(self, source, name, filename, raw, defer_init)
-        path = os.path.join(directory, key[:2], key[2:])
-        code = _load(path, self)
+        code = None if _learning else _served(STORE.get(key), self)
         if code is not None:
             COUNTS.hits += 1
             return code
@@ -172,8 +168,14 @@ def _patch() -> None:
         generated = compile_template(self, source, name, filename, True, defer_init)
         code = self._compile(generated, "<template>" if filename is None else filename)
         COUNTS.compiled += 1
-        if _folds == folds and _store(path, _dependencies(self, generated), code):
-            COUNTS.kept += 1
+        if _folds != folds:
+            return code
+        if _learning:
+            _learned = (key, (_dependencies(self, generated), code))
+        else:
+            meta = _report(self, kind, key, name, filename, defer_init)
+            kept.report("template", meta, text.encode("utf-8", "surrogatepass"))
+            COUNTS.reported += 1
         return code
 
     compile._template_cache = True  # type: ignore[attr-defined]
@@ -269,33 +271,125 @@ def _dependencies(env: Any, generated: str) -> tuple[tuple[str, str, str], ...]:
     return tuple((kind, name, _marker(env, kind, name)) for kind, name in sorted(names))
 
 
-def _load(path: str, env: Any) -> CodeType | None:
-    """The code kept in `path`, if it is there, whole, and its filters and tests are still as they
-    were when it was compiled."""
-    try:
-        with open(path, "rb") as file:
-            entry = marshal.loads(file.read())
-        version, dependencies, code = entry
-    except (OSError, EOFError, ValueError, TypeError):
+def _served(entry: Any, env: Any) -> CodeType | None:
+    """The code of a kept entry, if its filters and tests are still as they were when it was
+    compiled."""
+    if entry is None:
         return None
-    if version != _FORMAT or not isinstance(code, CodeType) or not isinstance(dependencies, tuple):
-        return None
-    for dependency in dependencies:
-        if not isinstance(dependency, tuple) or len(dependency) != 3:
-            return None
-        kind, name, marker = dependency
-        if kind not in ("filters", "tests") or _marker(env, kind, name) != marker:
+    dependencies, code = entry
+    for kind, name, marker in dependencies:
+        if _marker(env, kind, name) != marker:
             return None
     return code
 
 
-def _store(path: str, dependencies: tuple[tuple[str, str, str], ...], code: CodeType) -> bool:
-    """Keeps `code` in `path` unless its subdirectory is full."""
-    shard = os.path.dirname(path)
+def _report(env: Any, kind: str, key: str, name: str | None, filename: str | None, defer_init: bool) -> dict[str, Any]:
+    """What the learner needs besides the source to compile it again: the environment's class,
+    its settings, and what Ansible 2.19's compiler reads outside it."""
+    return {
+        "key": key,
+        "kind": kind,
+        "name": name,
+        "filename": filename,
+        "defer_init": defer_init,
+        "environment": _qualified(type(env)),
+        "settings": {setting: getattr(env, setting) for setting in _SETTINGS if setting != "sandboxed"},
+        "escape_backslashes": _escape_backslashes(),
+    }
+
+
+def _derive(meta: dict[str, Any], data: bytes) -> tuple[str, Any, int] | None:
+    """In the worker's learner: compiles a reported source again, in an environment of the reported
+    class made here with the reported settings. Kept under the key computed here, and only when it
+    is the reported one (so the environment is the run's in everything the key holds)."""
+    global _learning, _learned
+    name, filename, defer_init = meta["name"], meta["filename"], meta["defer_init"]
+    if not (_optional_str(name) and _optional_str(filename) and isinstance(defer_init, bool)):
+        return None
+    source = data.decode("utf-8", "surrogatepass")
+    _learning = True
     try:
-        os.makedirs(shard, mode=0o700, exist_ok=True)
-        if len(os.listdir(shard)) >= MAX_PER_SHARD:
-            return False
-    except OSError:
-        return False
-    return write_atomically(path, marshal.dumps((_FORMAT, dependencies, code)))
+        env = _environment(meta["environment"], meta["settings"])
+        if env is None:
+            return None
+        _learned = None
+        with _compile_context(meta["escape_backslashes"]):
+            if meta["kind"] == "template":
+                env.compile(source, name, filename, defer_init=defer_init)
+            elif meta["kind"] == "expression" and name is None and filename is None and not defer_init:
+                env.compile_expression(source)
+    finally:
+        _learning = False
+    learned, _learned = _learned, None
+    if learned is None or learned[0] != meta["key"]:
+        return None
+    return learned[0], learned[1], len(marshal.dumps(learned[1][1]))
+
+
+def _optional_str(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _environment(qualified: Any, settings: Any) -> Any:
+    """A new environment of class `qualified` as a run makes it (Jinja2's own, or one of Ansible's
+    as its Templar makes it), with `settings` (those a template's header or the template action
+    change); None for another class."""
+    if not isinstance(settings, dict) or set(settings) - set(_SETTINGS):
+        return None
+    import jinja2
+    import jinja2.nativetypes
+
+    # Jinja2's own classes: Ansible's settings are templated in one.
+    plain = [cls for cls in (jinja2.Environment, jinja2.nativetypes.NativeEnvironment) if _qualified(cls) == qualified]
+    if plain:
+        env = plain[0]()
+    else:
+        # Ansible's, as its Templar makes them; 2.18 has a second class, for `jinja2_native`: a
+        # copy of the same environment, as the template action makes it (`copy_with_new_env`).
+        from ansible import constants
+
+        base = _templar_environment(bool(getattr(constants, "DEFAULT_JINJA2_NATIVE", False)))
+        template = sys.modules["ansible.template"]
+        names = ("AnsibleEnvironment", "AnsibleNativeEnvironment")
+        classes = [type(base)] + [getattr(template, name, None) for name in names]
+        wanted = [cls for cls in classes if cls is not None and _qualified(cls) == qualified]
+        if not wanted:
+            return None
+        env = object.__new__(wanted[0])
+        env.__dict__.update(base.__dict__)
+    for setting, value in settings.items():
+        if not isinstance(value, _SIMPLE):
+            return None
+        setattr(env, setting, value)
+    return env
+
+
+@functools.cache
+def _templar_environment(native: bool) -> Any:
+    """The environment of a new Templar, with Ansible's `jinja2_native` setting as given (made once
+    in a learner, copied for each report)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    return Templar(loader=DataLoader()).environment
+
+
+def _escape_backslashes() -> bool | None:
+    """Ansible 2.19's compile context (whether backslashes in string constants are escaped); None
+    before 2.19 or outside one."""
+    bits = sys.modules.get("ansible._internal._templating._jinja_bits")
+    if bits is None:
+        return None
+    context = bits._TemplateCompileContext.current(optional=True)
+    return None if context is None else bool(context.escape_backslashes)
+
+
+@contextlib.contextmanager
+def _compile_context(escape_backslashes: Any) -> Iterator[None]:
+    """Ansible 2.19's compile context as a run had it."""
+    if escape_backslashes is None:
+        yield
+        return
+    bits = sys.modules["ansible._internal._templating._jinja_bits"]
+    with bits._TemplateCompileContext(escape_backslashes=bool(escape_backslashes)):
+        yield

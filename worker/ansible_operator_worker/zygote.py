@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 import platform
 import selectors
+import shutil
 import signal
 import socket
 import sys
@@ -24,8 +25,8 @@ from . import (
     ansible_state,
     collection_loader,
     event_files,
-    files,
     jinja_misses,
+    kept,
     lazy_kubernetes,
     modules,
     parse_cache,
@@ -141,9 +142,10 @@ def main() -> NoReturn:
     runner_cli.build()
     event_files.install()
     parse_cache.install()
-    template_cache.install(_cache_dir(".templates"))
-    modules.BYTECODE_DIR = _cache_dir(".bytecode")
-    payload_cache.install(_cache_dir(".ansiballz"))
+    _keep_in_memory()
+    template_cache.install()
+    modules.install_bytecode()
+    payload_cache.install()
     jinja_misses.install()
     inputs = ansible_state.worker_inputs()
     playbook_cli.build()
@@ -184,10 +186,28 @@ def _add_runner_environment() -> None:
     os.environ.update(env)
 
 
-def _cache_dir(name: str) -> str | None:
-    """A cache directory `name` in the worker's working directory (the operator's runner
-    directory), only for this user."""
-    return files.private_dir(os.path.join(os.getcwd(), name))
+#: Directories under the runner directory where workers before this one kept compiled code that
+#: runs wrote; nothing reads them now.
+_FORMER_CACHES = (".templates", ".bytecode", ".ansiballz")
+
+
+def _keep_in_memory() -> None:
+    """What the worker keeps for runs lives in its memory (`kept`), where a run cannot write: no
+    process of this user may attach to the worker (ptrace, /proc/<pid>/mem) once it is not
+    dumpable, nor to its learners and spares, which inherit that. A run is made dumpable again
+    once it has its request (`run.main`). The directories former workers kept code in are
+    removed."""
+    process.set_dumpable(False)
+    for name in _FORMER_CACHES:
+        path = os.path.join(os.getcwd(), name)
+        if os.path.lexists(path):
+            message = f"ansible-operator worker: removing {path}: compiled code is no longer kept on disk"
+            print(message, file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
 
 
 def _preload() -> list[str]:
@@ -246,6 +266,10 @@ def _versions() -> dict[str, str]:
     }
 
 
+#: How long reports wait for the runs going to end before a learner takes them anyway: a learner
+#: takes CPU from runs, and a run that just started reports again what the one before it did.
+LEARN_DELAY = 2.0
+
 #: What a spare answers when it has its run request, and how long the zygote waits for it.
 _TAKEN = b"taken"
 _HAND_OVER_TIMEOUT = 5.0
@@ -272,6 +296,12 @@ class Zygote:
         self.selector = selectors.DefaultSelector()
         self.wakeup_read, self.wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.stopping = False
+        #: Where runs report what they made themselves, and the learner at work on them.
+        self.reports = kept.open_reports()
+        self.learner: kept.Learner | None = None
+        #: Reports waiting for a learner, and when they go to one though runs are still going.
+        self.waiting: list[bytes] = []
+        self.learn_at: float | None = None
 
     def serve(self) -> None:
         """Serves run requests until the operator goes away or SIGTERM."""
@@ -280,15 +310,64 @@ class Zygote:
         signal.signal(signal.SIGTERM, self._stop)
         self.selector.register(self.control, selectors.EVENT_READ)
         self.selector.register(self.wakeup_read, selectors.EVENT_READ)
+        self.selector.register(self.reports, selectors.EVENT_READ)
         self.spare = self._fork_spare()
         while not self.stopping:
-            for key, _ in self.selector.select():
+            deadline = self.learn_at if self.learner is None else self.learner.deadline
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = self.selector.select(timeout)
+            # Runs first: what a learner brings can wait.
+            for key, _ in events:
                 if key.fileobj is self.control:
                     self._receive()
-                else:
+                elif key.fileobj is self.wakeup_read:
                     self._drain_wakeups()
+            for key, _ in events:
+                if key.fileobj is self.reports:
+                    kept.receive(self.reports, self.waiting)
+                    if self.waiting and self.learn_at is None:
+                        self.learn_at = time.monotonic() + LEARN_DELAY
+                elif self.learner is not None and key.fileobj == self.learner.results:
+                    self._learner_results()
+            if self.learner is not None and time.monotonic() >= self.learner.deadline:
+                self._end_learner(complete=False)
             self._reap()
+            ready = self.learn_at is not None and (not self.runs or time.monotonic() >= self.learn_at)
+            if ready and self.learner is None:
+                self._start_learner()
+        if self.learner is not None:
+            self._end_learner(complete=False)
         self._end_runs()
+
+    def _start_learner(self) -> None:
+        """Reports wait, and no run is going or they waited `LEARN_DELAY`: a learner takes them."""
+        self.learner = kept.start_learner(self.waiting, self._leave_serving)
+        if self.learner is None:
+            self.learn_at = time.monotonic() + LEARN_DELAY
+            return
+        self.waiting, self.learn_at = [], None
+        self.selector.register(self.learner.results, selectors.EVENT_READ)
+
+    def _learner_results(self) -> None:
+        assert self.learner is not None
+        if kept.read_results(self.learner):
+            self._end_learner(complete=True)
+
+    def _end_learner(self, complete: bool) -> None:
+        """Keeps what the learner made (when it is done). What was learnt joins what every fork
+        shares (out of the collector's way, as at start), and the spare, forked before, is replaced
+        so that the next run has it."""
+        assert self.learner is not None
+        self.selector.unregister(self.learner.results)
+        learnt = kept.finish_learner(self.learner, complete)
+        self.learner = None
+        if self.waiting and self.learn_at is None:
+            self.learn_at = time.monotonic() + LEARN_DELAY
+        if learnt:
+            gc.freeze()
+            if self.spare is not None:
+                self._end_spare()
+                self.spare = self._fork_spare()
 
     def _stop(self, *_: Any) -> None:
         self.stopping = True
@@ -376,14 +455,24 @@ class Zygote:
         theirs.close()
         return Spare(pid, ours)
 
+    def _end_spare(self) -> None:
+        """Ends the spare: closing its socket ends a spare that waits for its run."""
+        assert self.spare is not None
+        self.spare.socket.close()
+        self.spare = None
+
     def _leave_serving(self) -> None:
         """In a fork: what only the serving loop uses goes."""
         signal.set_wakeup_fd(-1)
         self.selector.close()
         os.close(self.wakeup_read)
         os.close(self.wakeup_write)
+        if self.learner is not None:
+            os.close(self.learner.results)
         if self.spare is not None:
             self.spare.socket.close()
+        self.waiting.clear()
+        kept.leave()
 
     def _drain_wakeups(self) -> None:
         try:

@@ -15,7 +15,7 @@ import time
 
 import pexpect
 
-from ansible_operator_worker.playbook import close_when_exited, keeping_descriptor, report_end, take_told_status
+from ansible_operator_worker.playbook import close_when_exited, keeping_descriptors, report_end, take_told_status
 
 
 def spawn(code: str) -> pexpect.spawn:
@@ -73,7 +73,7 @@ def test_a_told_status_ends_the_wait_while_the_process_still_lingers() -> None:
     os.set_inheritable(tell, True)  # this child is exec'd; a warm playbook process is not
     # Tells 3, closes its pty, and lingers as a process giving back its memory would.
     code = f"import os, time; os.write({tell}, b'3'); [os.close(fd) for fd in (0, 1, 2)]; time.sleep(30)"
-    child = keeping_descriptor(pexpect.spawn, tell)(sys.executable, ["-c", code], encoding="utf-8")
+    child = keeping_descriptors(pexpect.spawn, [tell])(sys.executable, ["-c", code], encoding="utf-8")
     os.close(tell)
     close_when_exited(child)
     take_told_status(child, told)
@@ -92,7 +92,7 @@ def test_a_told_status_ends_the_wait_while_the_process_still_lingers() -> None:
 def test_a_process_that_tells_nothing_is_waited_for_as_before() -> None:
     told, tell = os.pipe()
     code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
-    child = keeping_descriptor(pexpect.spawn, tell)(sys.executable, ["-c", code], encoding="utf-8")
+    child = keeping_descriptors(pexpect.spawn, [tell])(sys.executable, ["-c", code], encoding="utf-8")
     os.close(tell)
     close_when_exited(child)
     take_told_status(child, told)

@@ -1,62 +1,96 @@
-"""Payloads a run built are kept with the files they were built from, and a later run gets them
-back only while every one of those files is unchanged."""
+"""Payloads are built by the worker's learner, only for a module file the worker finds by the
+module's name, and a run gets one into its own cache only while every file it was built from is
+unchanged and the run finds module_utils and collections where the worker does."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-from ansible_operator_worker import payload_cache
+from ansible_operator_worker import kept, payload_cache
+
+NAME = "ansible.modules.ping-ZIP_DEFLATED"
 
 
-def build_payload(local_tmp: Path, sources: list[Path], name: str) -> None:
-    """What Ansible's modify_module does on a cache miss: read the sources, write the payload."""
-    data = b"".join(source.read_bytes() for source in sources)
-    cache = local_tmp / "ansiballz_cache"
-    cache.mkdir(exist_ok=True)
-    (cache / name).write_bytes(b"zip of " + data)
-    (cache / f"{name}.lock").write_bytes(b"")
+def test_the_learner_builds_a_payload_only_for_the_module_the_worker_finds_by_that_name(tmp_path: Path) -> None:
+    # In a child interpreter: the learner installs Ansible's collection loader.
+    code = textwrap.dedent(
+        f"""
+        import json, sys, zipfile, io, base64
+        from ansible_operator_worker import payload_cache
+        import ansible.modules.ping as ping
+        from ansible.release import __version__
+        name = {NAME!r} if __version__.startswith("2.18") else {NAME!r} + "-none"  # 2.19 adds its extensions
+        payload_cache.install()
+        derive = payload_cache._derive
+        fake = sys.argv[1]
+        refused = [
+            derive({{"module_name": "ansible.builtin.ping", "module_path": fake, "name": {NAME!r}}}, b""),
+            derive({{"module_name": "ansible.builtin.ping", "module_path": ping.__file__, "name": "../x-ZIP_DEFLATED"}}, b""),
+            derive({{"module_name": "ansible.builtin.ping", "module_path": ping.__file__, "name": "x-ZIP_BZIP"}}, b""),
+        ]
+        key, (kept_name, payload, files, paths), size = derive(
+            {{"module_name": "ansible.builtin.ping", "module_path": ping.__file__, "name": name}}, b""
+        )
+        from ansible.executor import module_common
+        if hasattr(module_common, "_CachedModule"):  # 2.19 keeps the zip with metadata
+            with open(sys.argv[2], "wb") as f:
+                f.write(payload)
+            payload = module_common._CachedModule.load(sys.argv[2]).zip_data
+        names = zipfile.ZipFile(io.BytesIO(base64.b64decode(payload))).namelist()
+        print(json.dumps([refused, key == ping.__file__, kept_name == name, [f[0] for f in files], names]))
+        """
+    )
+    fake = tmp_path / "ping.py"
+    fake.write_text("raise SystemExit('not the ping module')\n")
+    out = subprocess.run([sys.executable, "-c", code, str(fake), str(tmp_path / "entry")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    refused, keyed_by_path, named, files, names = json.loads(out.stdout)
+    assert refused == [None, None, None]
+    assert keyed_by_path and named
+    assert any(f.endswith("ansible/modules/ping.py") for f in files)
+    assert any(f.endswith("ansible/module_utils/basic.py") for f in files)
+    assert "ansible/modules/ping.py" in names and "ansible/module_utils/basic.py" in names
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    store = tmp_path / "store"
-    store.mkdir()
-    monkeypatch.setattr(payload_cache, "STORE", str(store))
-    sys.addaudithook(payload_cache._record_open)  # noqa: SLF001 - installed by install() in the worker
+def store(monkeypatch: pytest.MonkeyPatch) -> kept.Store:
+    store = kept.Store(max_entries=10, max_bytes=1 << 20)
+    monkeypatch.setattr(payload_cache, "STORE", store)
+    monkeypatch.setattr(payload_cache, "_search_paths", lambda: ("module_utils", "collections"))
     return store
 
 
-def test_a_built_payload_comes_back_in_the_next_run_until_a_source_changes(tmp_path: Path, store: Path) -> None:
-    module, util = tmp_path / "k8s.py", tmp_path / "client.py"
-    module.write_text("import client\n")
-    util.write_text("def client(): ...\n")
-    first = tmp_path / "run1"
-    first.mkdir()
-    build = payload_cache._recording(build_payload, lambda: str(first))  # noqa: SLF001
-    build(first, [module, util], "kubernetes.core.k8s-ZIP_DEFLATED")
+def test_a_kept_payload_goes_into_a_runs_cache_until_a_source_changes(tmp_path: Path, store: kept.Store) -> None:
+    module, util = tmp_path / "ping.py", tmp_path / "basic.py"
+    module.write_text("import basic\n")
+    util.write_text("def main(): ...\n")
+    files = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (module, util))
+    store.put(str(module), (NAME, b"zip of both", files, ("module_utils", "collections")), 11)
 
-    assert payload_cache.keep(str(first)) == 1
-    assert sorted(os.listdir(store)) == ["kubernetes.core.k8s-ZIP_DEFLATED", "kubernetes.core.k8s-ZIP_DEFLATED.sources.json"]
+    first = tmp_path / "run1" / "ansiballz_cache"
+    assert payload_cache._serve(str(module), str(first)) == NAME  # noqa: SLF001
+    assert (first / NAME).read_bytes() == b"zip of both"
+    assert payload_cache._serve(str(tmp_path / "other.py"), str(first)) is None, "another module file"  # noqa: SLF001
 
-    second = tmp_path / "run2"
-    second.mkdir()
-    assert payload_cache.restore(str(second)) == 1
-    restored = second / "ansiballz_cache" / "kubernetes.core.k8s-ZIP_DEFLATED"
-    assert restored.read_bytes() == b"zip of import client\ndef client(): ...\n"
-
-    util.write_text("def client(): return 1\n")
-    third = tmp_path / "run3"
-    third.mkdir()
-    assert payload_cache.restore(str(third)) == 0, "a changed module_util means building again"
+    util.write_text("def main(): return 1\n")
+    second = tmp_path / "run2" / "ansiballz_cache"
+    assert payload_cache._serve(str(module), str(second)) is None, "a changed module_util means building again"  # noqa: SLF001
+    assert not second.exists()
 
 
-def test_a_payload_not_built_in_the_run_or_without_its_sources_is_not_kept(tmp_path: Path, store: Path) -> None:
-    run = tmp_path / "run"
-    (run / "ansiballz_cache").mkdir(parents=True)
-    (run / "ansiballz_cache" / "ansible.builtin.ping-ZIP_DEFLATED").write_bytes(b"restored earlier")
-    assert payload_cache.keep(str(run)) == 0
-    assert os.listdir(store) == []
+def test_a_run_that_finds_module_utils_elsewhere_builds_its_own(
+    tmp_path: Path, store: kept.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "ping.py"
+    module.write_text("")
+    store.put(str(module), (NAME, b"zip", ((str(module), 0, module.stat().st_mtime_ns),), ("module_utils", "collections")), 3)
+    monkeypatch.setattr(payload_cache, "_search_paths", lambda: ("module_utils", "its own collections"))
+    assert payload_cache._serve(str(module), str(tmp_path / "cache")) is None  # noqa: SLF001
+    assert not os.path.exists(tmp_path / "cache")

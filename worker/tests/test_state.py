@@ -452,28 +452,37 @@ def test_a_run_finds_the_filters_beside_its_playbook_beside_the_ones_the_worker_
     assert out.stdout.strip() == "HI! [1, 2]", out.stderr
 
 
-def test_payload_bytecode_is_kept_by_source_and_keeps_the_payloads_file_names(tmp_path) -> None:
-    # In child interpreters: the cache patches zipimport for the whole process.
+def test_payload_bytecode_the_worker_compiled_is_served_by_source_with_the_payloads_file_names(tmp_path) -> None:
+    # In a child interpreter: the cache patches zipimport for the whole process. A module process
+    # compiles what the worker does not have and reports its source; the worker's learner compiles
+    # it again; the next module process with the same source gets that code, named as its payload.
     code = textwrap.dedent(
         """
         import sys, zipfile
-        from ansible_operator_worker import modules
-        modules.BYTECODE_DIR = sys.argv[1]
+        from ansible_operator_worker import kept, modules
+        reports = []
+        kept.report = lambda kind, meta, data: reports.append((kind, meta, data))
+        modules.install_bytecode()
         modules._cache_payload_bytecode()
-        payload = sys.argv[2]
-        sys.path.insert(0, payload)
-        import payload_module
-        print(payload_module.where(), len(__import__("os").listdir(sys.argv[1])))
+        for payload in sys.argv[1:]:
+            sys.modules.pop("payload_module", None)
+            sys.path.insert(0, payload)
+            import payload_module
+            print(payload_module.where(), len(reports), len(modules.BYTECODE.entries))
+            sys.path.remove(payload)
+            for kind, meta, data in reports:
+                modules.BYTECODE.put(*modules._derive_bytecode(meta, data))
         """
     )
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    outputs = []
+    payloads = []
     for name in ("first", "second"):
         payload = tmp_path / f"{name}_payload.zip"
         with __import__("zipfile").ZipFile(payload, "w") as zf:
             zf.writestr("payload_module.py", "def where():\n    return where.__code__.co_filename\n")
-        out = subprocess.run([sys.executable, "-c", code, str(cache), str(payload)], capture_output=True, text=True, check=True)
-        outputs.append(out.stdout.split())
-    assert outputs[0] == [f"{tmp_path}/first_payload.zip/payload_module.py", "1"]
-    assert outputs[1] == [f"{tmp_path}/second_payload.zip/payload_module.py", "1"], "from the cache, renamed"
+        payloads.append(str(payload))
+    out = subprocess.run([sys.executable, "-c", code, *payloads], capture_output=True, text=True, check=True)
+    first, second = [line.split() for line in out.stdout.splitlines()]
+    assert first[0] == f"{tmp_path}/first_payload.zip/payload_module.py"
+    assert int(first[1]) >= 1 and first[2] == "0", "compiled and reported"
+    assert second[0] == f"{tmp_path}/second_payload.zip/payload_module.py", "the worker's code, renamed"
+    assert second[1] == first[1] and int(second[2]) >= 1, "nothing more to report"

@@ -1,18 +1,18 @@
 """A template served from the compiled-template cache renders as a fresh compilation would: through
 Ansible's own Templar, after a filter changed how it takes its arguments, and never with a folded
-non-deterministic filter frozen into it."""
+non-deterministic filter frozen into it. What is kept is compiled by the worker's learner from what
+a run reported, and only under the key the learner computes itself."""
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any
 
 import jinja2
 import pytest
 from jinja2 import pass_context
 
-from ansible_operator_worker import template_cache
+from ansible_operator_worker import kept, template_cache
 
 #: Template forms a playbook uses, each rendered with VARIABLES.
 TEMPLATES = [
@@ -35,17 +35,61 @@ TEMPLATES = [
 VARIABLES = {"name": "world", "items": [1, 2, 3]}
 
 
+class Learner:
+    """The worker's side, in this process: each report is compiled again as the learner does, and
+    kept. A report from an environment of plain Jinja2 with filters of its own (which the learner
+    does not make) is compiled in that environment."""
+
+    def __init__(self) -> None:
+        self.store = kept.Store(max_entries=100, max_bytes=1 << 20)
+        self.environments: dict[str, Any] = {}
+        #: Reports the learner compiled in an environment it made itself.
+        self.made_here = 0
+        self.last_meta: dict[str, Any] = {}
+
+    def report(self, kind: str, meta: dict[str, Any], data: bytes) -> None:
+        assert kind == "template"
+        self.last_meta = meta
+        try:
+            derived = template_cache._derive(meta, data)  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - as the learner: not kept (a filter the worker lacks)
+            derived = None
+        if derived is not None:
+            self.made_here += 1
+        else:
+            environment = self.environments[meta["key"]]
+            original = template_cache._environment  # noqa: SLF001
+            template_cache._environment = lambda *_: environment  # type: ignore[assignment]  # noqa: SLF001
+            try:
+                derived = template_cache._derive(meta, data)  # noqa: SLF001
+            finally:
+                template_cache._environment = original  # type: ignore[assignment]  # noqa: SLF001
+        if derived is not None:
+            self.store.put(*derived)
+
+
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The cache, installed, keeping entries in a directory of this test, with counts of its own."""
-    template_cache._patch()  # noqa: SLF001 - install() also needs the worker's directory layout
-    monkeypatch.setattr(template_cache, "DIRECTORY", str(tmp_path))
+def learner(monkeypatch: pytest.MonkeyPatch) -> Learner:
+    """The cache, installed, keeping entries in a store of this test, with counts of its own."""
+    learner = Learner()
+    template_cache._patch()  # noqa: SLF001 - install() also registers the kind with the worker
+    monkeypatch.setattr(template_cache, "ENABLED", True)
+    monkeypatch.setattr(template_cache, "STORE", learner.store)
     monkeypatch.setattr(template_cache, "COUNTS", template_cache.Counts())
-    return tmp_path
+    monkeypatch.setattr(kept, "report", learner.report)
+    report = template_cache._report  # noqa: SLF001
+
+    def noting_the_environment(env: Any, *args: Any) -> dict[str, Any]:
+        meta = report(env, *args)
+        learner.environments[meta["key"]] = env
+        return meta
+
+    monkeypatch.setattr(template_cache, "_report", noting_the_environment)
+    return learner
 
 
-def entries(directory: Path) -> list[Path]:
-    return [path for path in directory.rglob("*") if path.is_file()]
+def entries(learner: Learner) -> list[str]:
+    return list(learner.store.entries)
 
 
 def render(source: str, variables: dict[str, Any] | None = None) -> Any:
@@ -72,15 +116,16 @@ def jinja2_native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("source", TEMPLATES)
 def test_a_template_served_from_the_cache_renders_as_a_fresh_compilation(
-    source: str, cache: Path, jinja2_native: bool, monkeypatch: pytest.MonkeyPatch
+    source: str, learner: Learner, jinja2_native: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(template_cache, "DIRECTORY", None)
+    monkeypatch.setattr(template_cache, "ENABLED", False)
     uncached = render(source)
-    monkeypatch.setattr(template_cache, "DIRECTORY", str(cache))
+    monkeypatch.setattr(template_cache, "ENABLED", True)
 
     compiled = render(source)
     assert template_cache.COUNTS.hits == 0
-    assert template_cache.COUNTS.kept >= 1, "the template is kept"
+    assert template_cache.COUNTS.reported >= 1, "the template is reported"
+    assert learner.made_here >= 1, "the worker compiles it again in an environment it makes"
     served = render(source)
     assert template_cache.COUNTS.hits >= 1, "the second run is served from the cache"
 
@@ -89,16 +134,16 @@ def test_a_template_served_from_the_cache_renders_as_a_fresh_compilation(
     assert type(served) is type(uncached)
 
 
-def test_a_second_compilation_is_served_from_the_directory(cache: Path) -> None:
+def test_a_second_compilation_is_served_from_what_the_worker_compiled(learner: Learner) -> None:
     source = "{{ name | title }} has {{ items | length }} items"
     assert render(source) == "World has 3 items"
-    assert (template_cache.COUNTS.hits, template_cache.COUNTS.kept) == (0, 1)
-    assert len(entries(cache)) == 1
-    (entry,) = entries(cache)
+    assert (template_cache.COUNTS.hits, template_cache.COUNTS.reported) == (0, 1)
+    assert learner.made_here == 1
+    (entry,) = entries(learner)
 
     assert render(source) == "World has 3 items"
-    assert (template_cache.COUNTS.hits, template_cache.COUNTS.kept) == (1, 1)
-    assert entries(cache) == [entry]
+    assert (template_cache.COUNTS.hits, template_cache.COUNTS.reported) == (1, 1)
+    assert entries(learner) == [entry]
 
 
 EXPRESSIONS = [
@@ -112,27 +157,28 @@ EXPRESSIONS = [
 
 @pytest.mark.parametrize("source", EXPRESSIONS)
 def test_an_expression_served_from_the_cache_evaluates_as_a_fresh_compilation(
-    source: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+    source: str, learner: Learner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ansible 2.19 compiles conditionals and other expressions with `compile_expression`, which
     parses the expression and compiles the tree."""
-    monkeypatch.setattr(template_cache, "DIRECTORY", None)
+    monkeypatch.setattr(template_cache, "ENABLED", False)
     uncached = evaluate(source)
-    monkeypatch.setattr(template_cache, "DIRECTORY", str(cache))
+    monkeypatch.setattr(template_cache, "ENABLED", True)
 
     assert evaluate(source) == uncached
-    assert (template_cache.COUNTS.hits, template_cache.COUNTS.kept) == (0, 1)
+    assert (template_cache.COUNTS.hits, template_cache.COUNTS.reported) == (0, 1)
+    assert learner.made_here == 1
     assert evaluate(source) == uncached
     assert template_cache.COUNTS.hits == 1
 
 
-def test_an_expression_and_a_template_of_the_same_text_are_kept_apart(cache: Path) -> None:
+def test_an_expression_and_a_template_of_the_same_text_are_kept_apart(learner: Learner) -> None:
     env = jinja2.Environment()
     assert env.from_string("name").render(name="x") == "name"
     assert env.compile_expression("name")(name="x") == "x"
     assert env.from_string("name").render(name="x") == "name"
     assert env.compile_expression("name")(name="x") == "x"
-    assert (template_cache.COUNTS.hits, template_cache.COUNTS.kept) == (2, 2)
+    assert (template_cache.COUNTS.hits, template_cache.COUNTS.reported) == (2, 2)
 
 
 def evaluate(source: str) -> Any:
@@ -149,13 +195,13 @@ def evaluate(source: str) -> Any:
     return templar.evaluate_expression(trust_as_template(source))
 
 
-def test_a_filter_that_now_takes_the_context_is_not_served_stale(cache: Path) -> None:
+def test_a_filter_that_now_takes_the_context_is_not_served_stale(learner: Learner) -> None:
     """The generated code passes the context to a `pass_context` filter and not to a plain one."""
     source = "{{ name | decorate }}"
     plain = jinja2.Environment()
     plain.filters["decorate"] = lambda value: f"<{value}>"
     assert plain.from_string(source).render(name="x") == "<x>"
-    assert template_cache.COUNTS.kept == 1
+    assert template_cache.COUNTS.reported == 1
 
     with_context = jinja2.Environment()
     with_context.filters["decorate"] = pass_context(lambda context, value: f"<{value} of {context['owner']}>")
@@ -163,10 +209,10 @@ def test_a_filter_that_now_takes_the_context_is_not_served_stale(cache: Path) ->
     assert template_cache.COUNTS.hits == 0
 
     assert plain.from_string(source).render(name="x") == "<x>"
-    assert template_cache.COUNTS.hits == 0, "one entry per source: the last compilation's"
+    assert template_cache.COUNTS.hits == 1, "the first compilation's entry serves the filters it was made for"
 
 
-def test_a_filter_missing_when_compiled_is_not_assumed_missing_later(cache: Path) -> None:
+def test_a_filter_missing_when_compiled_is_not_assumed_missing_later(learner: Learner) -> None:
     source = "{% if flag %}{{ name | later }}{% else %}none{% endif %}"
     without = jinja2.Environment()
     assert without.from_string(source).render(flag=False, name="x") == "none"
@@ -177,7 +223,7 @@ def test_a_filter_missing_when_compiled_is_not_assumed_missing_later(cache: Path
     assert template_cache.COUNTS.hits == 0
 
 
-def test_compiler_settings_are_part_of_the_key(cache: Path) -> None:
+def test_compiler_settings_are_part_of_the_key(learner: Learner) -> None:
     source = "{% if true %}\n  x\n{% endif %}\n<<name>>"
     plain = jinja2.Environment()
     trimmed = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
@@ -189,7 +235,7 @@ def test_compiler_settings_are_part_of_the_key(cache: Path) -> None:
     assert template_cache.COUNTS.hits == 3
 
 
-def test_a_constant_folded_random_is_not_kept(cache: Path) -> None:
+def test_a_constant_folded_random_is_not_kept(learner: Learner) -> None:
     """Ansible 2.18 folds `random` on a constant at compile time (2.19 compiles without folding);
     either way each run draws anew."""
     source = "{{ 1000000000 | random }}"
@@ -197,44 +243,49 @@ def test_a_constant_folded_random_is_not_kept(cache: Path) -> None:
     assert len(drawn) > 1
     if _ansible_folds_constants():
         assert template_cache.COUNTS.compiled == 4
-        assert template_cache.COUNTS.kept == 0
-        assert entries(cache) == []
+        assert template_cache.COUNTS.reported == 0
+        assert entries(learner) == []
 
 
-def test_a_folded_call_of_any_filter_is_not_kept(cache: Path) -> None:
+def test_a_folded_call_of_any_filter_is_not_kept(learner: Learner) -> None:
     env = jinja2.Environment()
     env.filters["draw"] = lambda end: random.randrange(end)
     assert env.optimized
     drawn = {env.from_string("{{ 1000000000 | draw }}").render() for _ in range(4)}
     assert len(drawn) > 1
-    assert (template_cache.COUNTS.kept, template_cache.COUNTS.hits) == (0, 0)
+    assert (template_cache.COUNTS.reported, template_cache.COUNTS.hits) == (0, 0)
 
 
-def test_a_corrupt_entry_is_compiled_again(cache: Path) -> None:
+def test_a_report_is_kept_only_under_the_key_the_worker_computes_for_it(learner: Learner) -> None:
+    """A run chooses what the worker compiles, never what is kept under a key: a report whose
+    source or settings are not those of its key is not kept."""
     source = "{{ items | map('string') | join('+') }}"
     assert render(source) == "1+2+3"
-    (entry,) = entries(cache)
-    for damage in (b"", b"\x00not marshal", entry.read_bytes()[:20], b"\xe9\x01\x00\x00\x00"):
-        entry.write_bytes(damage)
-        assert render(source) == "1+2+3"
-    assert template_cache.COUNTS.hits == 0
-    assert render(source) == "1+2+3"
-    assert template_cache.COUNTS.hits == 1, "the entry was written again"
+    (key,) = entries(learner)
+    learner.store.entries.clear()
+    meta = {**learner.last_meta, "key": key}
+    evil = "{{ lookup('pipe', 'touch /tmp/poisoned') }}".encode()
+    assert template_cache._derive(meta, evil) is None  # noqa: SLF001
+    assert template_cache._derive({**meta, "settings": {**meta["settings"], "trim_blocks": not meta["settings"]["trim_blocks"]}}, source.encode()) is None  # noqa: SLF001
+    assert template_cache._derive({**meta, "environment": "builtins.object"}, source.encode()) is None  # noqa: SLF001
+    assert template_cache._derive({**meta, "settings": {"finalize": "x"}}, source.encode()) is None  # noqa: SLF001
+    derived = template_cache._derive(meta, source.encode())  # noqa: SLF001
+    assert derived is not None and derived[0] == key
 
 
-def test_large_sources_and_full_directories_are_not_kept(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_sources_are_not_reported_and_a_full_store_keeps_no_more(learner: Learner) -> None:
     env = jinja2.Environment()
     large = "{{ x }}" + " " * template_cache.MAX_SOURCE
     assert env.from_string(large).render(x=1).startswith("1 ")
-    assert template_cache.COUNTS.kept == 0
+    assert template_cache.COUNTS.reported == 0
 
-    monkeypatch.setattr(template_cache, "MAX_PER_SHARD", 0)
+    learner.store.max_entries = 0
     assert env.from_string("{{ x }}").render(x=1) == "1"
-    assert template_cache.COUNTS.kept == 0
-    assert entries(cache) == []
+    assert template_cache.COUNTS.reported == 1
+    assert entries(learner) == []
 
 
-def test_raw_compilations_are_left_alone(cache: Path) -> None:
+def test_raw_compilations_are_left_alone(learner: Learner) -> None:
     env = jinja2.Environment()
     generated = env.compile("{{ x }}", raw=True)
     assert isinstance(generated, str)
