@@ -256,3 +256,94 @@ async fn with_a_client_ca_the_webhook_answers_only_a_caller_with_its_certificate
     assert_eq!(denied["allowed"], false, "{denied}");
     assert!(denied["status"]["message"].as_str().unwrap_or_default().contains("must be odd"), "{denied}");
 }
+
+#[tokio::test]
+async fn forged_reviews_that_are_many_deep_or_huge_get_fast_bounded_answers() {
+    // A kind of its own: the configuration is cluster-wide.
+    const BOUNDED: &str = "BoundedCluster";
+    let Test { client: _, ns, api: _ } = Test::setup("admission-bounds").kind(GROUP, BOUNDED).build().await;
+    let configuration = Configuration(format!("{}-validate", ns.name));
+    let port = support::free_port();
+    let watches = format!(
+        "{}  validate: {{fixtures}}/playbooks/validate_slow.yml\n  validateTimeout: 30s\n",
+        support::playbook_watch(GROUP, BOUNDED, "validate.yml")
+    );
+    let _operator = OperatorConfig::new(&watches, &ns.name)
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
+        .arg("--webhook-host=127.0.0.1")
+        .arg(format!("--webhook-configuration-name={}", configuration.0))
+        .arg("--max-concurrent-validations=2")
+        .arg("--webhook-client-rate=0")
+        .start();
+    let api = support::api::ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    let path = format!("/validate/{GROUP}/v1alpha1/{BOUNDED}");
+    let object = |spec: serde_json::Value| {
+        serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "forged", "operation": "CREATE", "namespace": ns.name, "userInfo": {"username": "anyone"},
+            "object": {"apiVersion": format!("{GROUP}/v1alpha1"), "kind": BOUNDED,
+                       "metadata": {"name": "c", "namespace": ns.name}, "spec": spec}}})
+    };
+
+    // Eight at once into a lane of two: two run, the others are denied at once.
+    let review = object(serde_json::json!({"masters": 3}));
+    let answers: Vec<(serde_json::Value, Duration)> = std::thread::scope(|scope| {
+        let sent: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let started = std::time::Instant::now();
+                    let reply = api.request_with_body("POST", &path, None, Some(&review));
+                    (reply.body["response"].clone(), started.elapsed())
+                })
+            })
+            .collect();
+        sent.into_iter().map(|handle| handle.join().expect("a review")).collect()
+    });
+    let allowed = answers.iter().filter(|(answer, _)| answer["allowed"] == true).count();
+    let busy: Vec<&Duration> = answers
+        .iter()
+        .filter(|(answer, _)| {
+            answer["status"]["message"].as_str().unwrap_or_default().contains("--max-concurrent-validations")
+        })
+        .map(|(_, took)| took)
+        .collect();
+    assert!((1..=2).contains(&allowed), "{answers:?}");
+    assert_eq!(allowed + busy.len(), 8, "{answers:?}");
+    assert!(
+        busy.iter().all(|took| **took < Duration::from_secs(3)),
+        "a full lane answers at once: {answers:?}"
+    );
+
+    // Too deep to decode: denied, with the request's uid.
+    let deep = (0..300).fold(serde_json::json!(1), |inner, _| serde_json::json!({"a": inner}));
+    let reply = api.request_with_body("POST", &path, None, Some(&object(deep)));
+    assert_eq!(reply.body["response"]["uid"], "forged", "{}", reply.body);
+    assert_eq!(reply.body["response"]["allowed"], false);
+    assert!(
+        reply.body["response"]["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("could not be decoded")
+    );
+
+    // Larger than any review the API server sends: refused before it is read.
+    let file = scratch_dir("admission-huge").join("review.json");
+    std::fs::write(&file, object(serde_json::json!({"blob": "x".repeat(8 << 20)})).to_string()).unwrap();
+    let output = std::process::Command::new("curl")
+        .args([
+            "--silent",
+            "--insecure",
+            "--max-time",
+            "60",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            "%{http_code}",
+        ])
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(format!("@{}", file.display()))
+        .arg(api.url(&path))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "413", "{}", support::describe_output(&output));
+}
