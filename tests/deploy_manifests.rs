@@ -493,6 +493,67 @@ async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_oper
     let _ = std::fs::remove_dir_all(&overlay);
 }
 
+#[tokio::test]
+async fn the_network_policy_component_lets_only_labelled_namespaces_and_the_api_servers_reach_the_api_port() {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let _namespace = operator_namespace();
+    let overlay = support::repo().join("target/test-output/network-policy-overlay");
+    std::fs::create_dir_all(&overlay).expect("create the overlay dir");
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources:\n  - ../../../deploy\ncomponents:\n  - ../../../deploy/network-policy\n",
+    )
+    .expect("write the overlay");
+    dry_run_kustomization(
+        &overlay,
+        &[
+            "networkpolicy.networking.k8s.io/ansible-operator-allow-api",
+            "networkpolicy.networking.k8s.io/ansible-operator-allow-metrics",
+        ],
+    );
+    let rendered = kubectl_ok([
+        "apply".as_ref(),
+        "--dry-run=client".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        "-k".as_ref(),
+        overlay.as_os_str(),
+    ]);
+    let _ = std::fs::remove_dir_all(&overlay);
+    let list: Value = serde_json::from_str(&rendered).expect("kustomize's JSON");
+    let items = list["items"].as_array().expect("items");
+    let find = |kind: &str, name: &str| {
+        items
+            .iter()
+            .find(|i| i["kind"] == kind && i["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let deployment = find("Deployment", "ansible-operator-controller-manager");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let port = |name: &str| {
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .map(|p| p["containerPort"].clone())
+    };
+    let api = find("NetworkPolicy", "ansible-operator-allow-api");
+    for (key, value) in api["spec"]["podSelector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(&pod_labels[key], value, "the policy selects the operator's Pods");
+    }
+    let rules = api["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(rules[0]["ports"][0]["port"], port("api").unwrap(), "the API port");
+    let from = &rules[0]["from"];
+    assert_eq!(from[0]["namespaceSelector"]["matchLabels"]["ansible-operator.dev/api-access"], "allowed");
+    assert!(from[1]["ipBlock"]["cidr"].is_string(), "the API servers' addresses: {from}");
+    assert_eq!(rules[1]["ports"][0]["port"], port("health").unwrap(), "probes");
+    assert!(rules[1].get("from").is_none(), "probes from anywhere");
+    let metrics = find("NetworkPolicy", "ansible-operator-allow-metrics");
+    assert_eq!(metrics["spec"]["ingress"][0]["ports"][0]["port"], port("metrics").unwrap());
+}
+
 /// Dropped after the operator stops and before the test namespace goes: removes the finalizers a
 /// failed test left on the sample CRs (nothing would run them any more, and the namespace would
 /// hang in Terminating) and the impersonating kubeconfig (it holds the admin's client key).
