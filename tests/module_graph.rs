@@ -377,3 +377,45 @@ fn the_graph_sees_known_imports() {
     assert!(reconcile_uses_status, "expected an edge reconcile -> status in {} edges", edges.len());
     assert!(edges.len() > 100, "only {} edges found", edges.len());
 }
+
+/// One door for every run: the runner and the proxy's credentials are reached only from `run/`,
+/// where a permit's lane decides the credential a run gets (DESIGN.md, invariant 3).
+#[test]
+fn only_the_run_door_starts_a_run_or_issues_a_credential() {
+    let doors: [(&[&str], &str); 2] =
+        [(&["runner", "run"], "runner::run"), (&["credentials", "issue"], "issue")];
+    let mut found = Vec::new();
+    for (module, file) in source_files() {
+        let owner = module.first().map(String::as_str);
+        if matches!(owner, Some("run" | "runner" | "proxy")) {
+            continue;
+        }
+        let mut paths = Paths::default();
+        paths.visit_file(&file.syntax);
+        for path in &paths.paths {
+            for (ends, name) in doors {
+                if path.ends_with(&ends.iter().map(|s| s.to_string()).collect::<Vec<_>>()) {
+                    found.push(format!("{} names {name}", show(&module)));
+                }
+            }
+        }
+        // A method call (`.credentials().issue(..)`) names no path.
+        let mut calls = MethodCalls::default();
+        calls.visit_file(&file.syntax);
+        if calls.0.iter().any(|method| method == "issue") {
+            found.push(format!("{} calls issue", show(&module)));
+        }
+    }
+    assert!(found.is_empty(), "runs start and credentials are issued only in src/run/: {found:?}");
+}
+
+/// The methods a file calls.
+#[derive(Default)]
+struct MethodCalls(Vec<String>);
+
+impl<'ast> Visit<'ast> for MethodCalls {
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        self.0.push(call.method.to_string());
+        syn::visit::visit_expr_method_call(self, call);
+    }
+}
