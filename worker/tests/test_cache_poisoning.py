@@ -51,75 +51,9 @@ POISONER = VICTIM + """
 
 #: A module, beside the poisoning playbook, that rewrites every file under the runner directory's
 #: cache directories (and adds its own) with code that writes the marker, each in the format the
-#: workers that kept them read, and sends forged reports on every datagram socket it inherited.
-POISON_MODULE = r'''
-import glob, hashlib, importlib.util, io, json, marshal, os, socket, stat, base64, zipfile
-from ansible.module_utils.basic import AnsibleModule
-
-def evil(marker):
-    return compile(f"open({marker!r}, 'a').write('poisoned\\n')\n", "<poison>", "exec")
-
-def main():
-    module = AnsibleModule(argument_spec={"marker": {"type": "str"}, "runner_dir": {"type": "str"}})
-    marker, runner_dir = module.params["marker"], module.params["runner_dir"]
-    code = evil(marker)
-    written = 0
-    for cache in (".templates", ".bytecode", ".ansiballz"):
-        root = os.path.join(runner_dir, cache)
-        os.makedirs(root, exist_ok=True)
-        os.chmod(root, 0o777)
-        paths = [p for p in glob.glob(os.path.join(root, "**"), recursive=True) if os.path.isfile(p)]
-        paths.append(os.path.join(root, "added-by-a-run"))
-        for path in paths:
-            if path.endswith(".sources.json"):
-                continue
-            if cache == ".templates":
-                data = marshal.dumps((1, (), code))
-            elif cache == ".bytecode":
-                data = marshal.dumps(code)
-            else:
-                out = io.BytesIO()
-                with zipfile.ZipFile(out, "w") as zf:
-                    zf.writestr("ansible/__init__.py", f"open({marker!r}, 'a').write('poisoned\\n')\n")
-                data = base64.b64encode(out.getvalue())
-                with open(path + ".sources.json", "w") as f:
-                    json.dump({"files": [], "sha256": hashlib.sha256(data).hexdigest()}, f)
-            os.chmod(path, 0o666) if os.path.exists(path) else None
-            with open(path, "wb") as f:
-                f.write(data)
-            written += 1
-    # Forged reports: a template whose key is another's, a payload named by a module this run wrote.
-    fake_module = os.path.join(runner_dir, "ping.py")
-    with open(fake_module, "w") as f:
-        f.write(f"open({marker!r}, 'a').write('poisoned\\n')\n")
-    reports = [
-        ("template", {"key": "0" * 64, "kind": "template", "name": None, "filename": None, "defer_init": False,
-                      "environment": "x.y", "settings": {}, "escape_backslashes": None},
-         ("{{ lookup('pipe', 'echo poisoned >> %s') }}" % marker).encode()),
-        ("payload", {"module_name": "ansible.builtin.ping", "module_path": fake_module,
-                     "name": "ansible.modules.ping-ZIP_DEFLATED"}, b""),
-        ("bytecode", {}, b"open(%r, 'a').write('poisoned')\n" % marker),
-    ]
-    sent = 0
-    for fd in range(3, 256):
-        try:
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        try:
-            if sock.family == socket.AF_UNIX and sock.type == socket.SOCK_DGRAM:
-                for kind, meta, data in reports:
-                    header = json.dumps([kind, meta]).encode()
-                    sock.send(len(header).to_bytes(4, "big") + header + data)
-                    sent += 1
-        except OSError:
-            pass
-        finally:
-            sock.close()
-    module.exit_json(changed=True, written=written, sent=sent)
-
-main()
-'''
+#: workers that kept them read, and sends forged reports on every datagram socket it inherited: the
+#: one `tests/executor.rs` runs through the operator.
+POISON_MODULE = (WORKER_PACKAGE.parent / "tests/fixtures/poisoning/library/poison.py").read_text()
 
 
 class Worker:
