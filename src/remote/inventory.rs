@@ -643,6 +643,23 @@ mod fuzz {
         }
     }
 
+    /// The injection corpus every route is attacked with (`tests/injection.rs`), here in each
+    /// field of a host of the sample inventory: the inventory keeps its shape, every value data.
+    #[test]
+    fn the_injection_corpus_in_every_host_field_changes_nothing() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/corpora/injection.json");
+        let corpus: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("the corpus")).unwrap();
+        let object = |name: &str, address: &str, port: &str, user: &str| json!({"spec": {"hosts": [{"name": name, "address": address, "port": port, "user": user}]}});
+        let benign = shape(&filled(&object("na", "b", "22", "d")).unwrap());
+        for payload in corpus["payloads"].as_array().unwrap().iter().filter_map(Value::as_str) {
+            let payload = payload.replace("MARKER", "/tmp/marker");
+            let attack = filled(&object(&format!("n{payload}"), &payload, &payload, &payload)).unwrap();
+            assert_eq!(shape(&attack), benign, "{attack}");
+        }
+    }
+
     /// The EtcdCluster sample's inventory template (watches.yaml), shortened.
     const SAMPLE: &str = "etcd:\n  hosts:\n{% for h in spec.hosts %}\n    {{ h.name }}: {ansible_host: {{ h.address | tojson }}, ansible_port: {{ h.port | default(22) }}, ansible_user: {{ h.user | tojson }}}\n{% endfor %}\netcd_removed:\n  hosts:\n{% set names = spec.hosts | map(attribute=\"name\") | list %}\n{% for m in status.members | default([]) if m.name not in names %}\n    {{ m.name }}: {ansible_host: {{ m.address | tojson }}, ansible_port: {{ m.sshPort }}, ansible_user: {{ m.user | tojson }}}\n{% endfor %}\nall:\n  vars:\n    ansible_python_interpreter: /usr/bin/python3\n";
 
