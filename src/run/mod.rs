@@ -196,21 +196,21 @@ impl Door {
                 cluster_environment(std::env::vars_os().filter_map(|(name, _)| name.into_string().ok()));
         }
         let namespace = grant.owner.namespace.clone();
-        let dir = spec.dir.clone();
-        let write_error = |source| runner::Error::WriteInput { dir, source };
+        let unwritten = |dir: std::path::PathBuf, source| Ran {
+            report: Err(runner::Error::WriteInput { dir, source }),
+            writes: Vec::new(),
+            reads: Vec::new(),
+        };
         let issued = match proxy.credentials().issue(grant) {
             Ok(issued) => issued,
-            Err(source) => return Ran { report: Err(write_error(source)), writes: vec![], reads: vec![] },
+            Err(source) => return unwritten(spec.dir, source),
         };
-        let kubeconfig = match crate::proxy::kubeconfig::install(
-            &mut spec,
-            proxy.port(),
-            &issued.token,
-            namespace.as_deref(),
-        ) {
-            Ok(path) => path,
-            Err(source) => return Ran { report: Err(write_error(source)), writes: vec![], reads: vec![] },
-        };
+        let port = proxy.port();
+        let kubeconfig =
+            match crate::proxy::kubeconfig::install(&mut spec, port, &issued.token, namespace.as_deref()) {
+                Ok(path) => path,
+                Err(source) => return unwritten(spec.dir, source),
+            };
         let report = runner::run(&self.runner, &spec, live, &issued.grant.secrets).await;
         let ran = Ran { report, writes: issued.grant.writes(), reads: issued.grant.read_set() };
         drop(issued);
