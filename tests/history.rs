@@ -75,7 +75,9 @@ fn stop(mut operator: Operator) {
 async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
     let Test { client, ns, api } =
         Test::setup("history-triggers").kind(GROUP, KIND).run_records().build().await;
-    let operator = OperatorConfig::new(&watches("  runHistoryLimit: 20\n"), &ns.name).start();
+    // Every run's Event too (by default a success gets none).
+    let operator =
+        OperatorConfig::new(&watches("  runHistoryLimit: 20\n"), &ns.name).arg("--run-events=all").start();
     let runs = runs_api(&client, &ns.name);
     let created =
         support::create_cr(&api, GROUP, KIND, "cr", json!({"value": 1, "password": PASSWORD})).await;

@@ -392,6 +392,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         resync_pacer: Arc::new(Pacer::new(args.max_resyncs_per_second)),
         history: shared.history,
         events: Some(shared.events),
+        run_events: args.run_events,
         ledger: shared.ledger,
         live: Arc::default(),
         trust_cr_templates: args.shape.trust_cr_templates,

@@ -10,6 +10,7 @@ use kube::{Resource, ResourceExt};
 use super::annotations;
 use super::context::{Context, Error, Next};
 use crate::executor_mode::Executor;
+use crate::history::events;
 use crate::history::ledger::{CrKey, Seen};
 use crate::history::record::{FailedTask, OwnerRef, Read, RunInput, RunRecord, RunResult, Touched};
 use crate::history::trigger::{self, Facts, Scheduled, Trigger};
@@ -183,13 +184,14 @@ pub async fn finish(
     follow_reads(ctx, object, &trigger, &journal.reads);
     let record = record(ctx, object, ident, trigger, started, &journal, result);
     write(&ctx.settings.history, ctx, &record, journal.latest.as_ref()).await;
-    if let Some(events) = &ctx.settings.events {
+    let worth = events::worth_an_event(ctx.settings.run_events, record.result, &ctx.watch.gvk.group);
+    if let Some(events) = ctx.settings.events.as_ref().filter(|_| worth) {
         // With the resourceVersion, as client-go's reference to an object.
         let reference = ObjectReference {
             resource_version: object.metadata.resource_version.clone(),
             ..object.object_ref(&ctx.resource)
         };
-        events.record(&reference, &crate::history::events::note(&record)).await;
+        events.record(&reference, &events::note(&record)).await;
     }
 }
 
