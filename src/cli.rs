@@ -378,6 +378,13 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_WEBHOOK_SERVICE_PORT", default_value_t = 8082)]
     pub webhook_service_port: u16,
 
+    /// Which runs get an Event on their CR: `failures` (failed and timed-out runs of the
+    /// operator's own kinds, those a CRD serves), `all` (every run of every watched kind, a
+    /// `ReconcileSucceeded` for each success), or `none` (as upstream, which writes Events only
+    /// when a playbook calls `k8s_event`).
+    #[arg(long, env = "ANSIBLE_OPERATOR_RUN_EVENTS", default_value = "failures", ignore_case = true)]
+    pub run_events: crate::history::events::RunEvents,
+
     /// Run records (`AnsibleRun` objects) kept per CR; 0 keeps none. A watch's `runHistoryLimit`
     /// wins.
     #[arg(long, env = "ANSIBLE_OPERATOR_RUN_HISTORY_LIMIT", default_value_t = 10)]
@@ -469,6 +476,14 @@ mod tests {
         assert!(args.cr_metrics);
         assert!(run(&["--ready-conditions"]).ready_conditions);
         assert!(!run(&["--cr-metrics=false"]).cr_metrics);
+    }
+
+    #[test]
+    fn run_events_are_written_for_failures_unless_asked_for_all_or_none() {
+        use crate::history::events::RunEvents;
+        assert_eq!(run(&[]).run_events, RunEvents::Failures);
+        assert_eq!(run(&["--run-events=all"]).run_events, RunEvents::All);
+        assert_eq!(run(&["--run-events", "none"]).run_events, RunEvents::None);
     }
 
     #[test]

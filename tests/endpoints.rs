@@ -77,6 +77,39 @@ async fn metrics_expose_upstream_names_that_move_after_a_reconcile_plus_user_met
     );
 }
 
+#[tokio::test]
+async fn metrics_registered_without_a_value_show_at_zero_as_upstream_s_scaffold_test_checks() {
+    let Test { client: _, ns, api } = Test::setup("endpoints-sanity").kind(GROUP, "Sane").build().await;
+    let (metrics_port, user_port) = (support::free_port(), support::free_port());
+    // This tree's collection, whichever tree the venv links.
+    let collections = support::repo().join("collections");
+    let watch = support::playbook_watch(GROUP, "Sane", "user_metrics_registered.yml");
+    let _operator = OperatorConfig::new(&watch, &ns.name)
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+        .arg(format!("--user-metrics-bind-address=127.0.0.1:{user_port}"))
+        .arg(format!("--ansible-collections-path={}", collections.display()))
+        .start();
+    support::create_cr(&api, GROUP, "Sane", "s", json!({"metricsPort": user_port})).await;
+    support::wait_for_condition(&api, "s", "Successful", "True", WAIT).await;
+
+    let Some((200, text)) = support::http_get(metrics_port, "/metrics", None) else {
+        panic!("no /metrics answer");
+    };
+    // Upstream's test looks for `sanity_counter 0` and the like in the scrape.
+    for series in [
+        "sanity_counter",
+        "sanity_gauge",
+        "sanity_histogram_sum",
+        "sanity_histogram_count",
+        "sanity_summary_sum",
+        "sanity_summary_count",
+    ] {
+        let value = text.lines().find_map(|l| l.strip_prefix(&format!("{series} ")));
+        assert_eq!(value.and_then(|v| v.parse::<f64>().ok()), Some(0.0), "{series} at zero in:\n{text}");
+        assert!(text.contains(&format!("\n{series} 0")), "{series} 0 as upstream's test reads it:\n{text}");
+    }
+}
+
 /// Cluster-wide RBAC a test made, deleted when dropped.
 struct ClusterRbac(Vec<(&'static str, String)>);
 

@@ -43,6 +43,49 @@ fn stop(mut operator: Operator) {
 }
 
 #[tokio::test]
+async fn a_successful_run_writes_no_event_by_default_and_one_with_run_events_all() {
+    let Test { client, ns, api } = Test::setup("events-quiet").kind(GROUP, KIND).run_records().build().await;
+    let runs = runs_api(&client, &ns.name);
+    let recorded = |uid: String| {
+        let runs = runs.clone();
+        async move {
+            support::wait_for("the run's record", WAIT, || async {
+                let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
+                let items = runs.list(&params).await.map_err(|e| e.to_string())?.items;
+                Ok(if items.is_empty() { Err("no record yet".to_string()) } else { Ok(()) })
+            })
+            .await
+        }
+    };
+
+    // Upstream's quiet: a success is recorded, and no Event is written about it.
+    let operator = OperatorConfig::new(&watches(""), &ns.name).start();
+    let quiet = support::create_cr(&api, GROUP, KIND, "quiet", json!({"value": 1})).await;
+    support::wait_for_condition(&api, "quiet", "Successful", "True", WAIT).await;
+    recorded(quiet.metadata.uid.clone().unwrap()).await;
+    // Stopping lets the run in flight finish: its Event, if any, is written by then.
+    stop(operator);
+    let events = events_about(&client, &ns.name, "quiet").await;
+    assert!(events.is_empty(), "no Event for a successful run by default: {events:?}");
+
+    // --run-events=all: every run gets one, successes a ReconcileSucceeded.
+    let operator = OperatorConfig::new(&watches(""), &ns.name).arg("--run-events=all").start();
+    support::create_cr(&api, GROUP, KIND, "told", json!({"value": 1})).await;
+    let succeeded = support::wait_for("a ReconcileSucceeded Event", WAIT, || async {
+        let events = events_about(&client, &ns.name, "told").await;
+        let found = events.iter().find(|e| e.reason.as_deref() == Some("ReconcileSucceeded")).cloned();
+        Ok(found.ok_or_else(|| format!("{:?}", events.iter().map(|e| &e.reason).collect::<Vec<_>>())))
+    })
+    .await;
+    assert_eq!(succeeded.type_.as_deref(), Some("Normal"));
+    assert!(
+        succeeded.message.as_deref().unwrap_or_default().starts_with("Created run: ok="),
+        "{succeeded:?}"
+    );
+    stop(operator);
+}
+
+#[tokio::test]
 async fn identical_failing_runs_of_a_cr_are_one_core_event_whose_count_is_the_number_of_runs() {
     let Test { client, ns, api } = Test::setup("events-repeat").kind(GROUP, KIND).run_records().build().await;
     let operator = OperatorConfig::new(&watches("  runHistoryLimit: 1000\n"), &ns.name).start();
@@ -196,7 +239,9 @@ impl Scaffolded {
         scaffold_like_rights(client, &ns.name, &user).await;
         let dir = scratch_dir(&format!("{}-identity", ns.name));
         let kubeconfig = support::impersonating_kubeconfig(&dir, &user, &["system:authenticated"]);
+        // Every run's Event, so that the refusals are many: by default successes get none.
         let operator = OperatorConfig::new(&watches(""), &ns.name)
+            .arg("--run-events=all")
             .env("KUBECONFIG", kubeconfig.display().to_string())
             .start();
         let api = support::cr_api(client, GROUP, KIND, &ns.name);

@@ -75,7 +75,9 @@ fn stop(mut operator: Operator) {
 async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
     let Test { client, ns, api } =
         Test::setup("history-triggers").kind(GROUP, KIND).run_records().build().await;
-    let operator = OperatorConfig::new(&watches("  runHistoryLimit: 20\n"), &ns.name).start();
+    // Every run's Event too (by default a success gets none).
+    let operator =
+        OperatorConfig::new(&watches("  runHistoryLimit: 20\n"), &ns.name).arg("--run-events=all").start();
     let runs = runs_api(&client, &ns.name);
     let created =
         support::create_cr(&api, GROUP, KIND, "cr", json!({"value": 1, "password": PASSWORD})).await;
@@ -164,6 +166,84 @@ async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
     );
     assert_eq!(failed_event.type_.as_deref(), Some("Warning"));
     assert!(!serde_json::to_string(&ours).unwrap().contains(PASSWORD), "no secret in the Events");
+    drop(operator);
+}
+
+/// A ClusterRole and its ClusterRoleBinding of one name, which a test made; deleted when dropped.
+struct ClusterRbac(String);
+
+impl Drop for ClusterRbac {
+    fn drop(&mut self) {
+        for kind in ["clusterrolebinding", "clusterrole"] {
+            let _ = support::kubectl(["delete", kind, self.0.as_str(), "--ignore-not-found"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_primary_s_runs_are_recorded_in_the_operator_s_namespace_with_why_they_ran() {
+    let Test { client, ns, api: _ } =
+        Test::setup("history-cluster").kind(GROUP, KIND).run_records().build().await;
+    let home = support::TestNamespace::new(&client, "history-home").await;
+    let primary = support::TestNamespace::new(&client, "history-primary").await;
+    let label = format!("{GROUP}/primary");
+    support::kubectl_ok(["label", "namespace", &primary.name, &format!("{label}={}", ns.name)]);
+    let watches = format!(
+        "- version: v1\n  group: \"\"\n  kind: Namespace\n  playbook: {{fixtures}}/playbooks/namespace_primary.yml\n  \
+         manageStatus: false\n  watchAnnotationsChanges: true\n  selector:\n    matchLabels:\n      {label}: {}\n",
+        ns.name
+    );
+    let port = support::free_port();
+    let operator = OperatorConfig::new(&watches, &ns.name)
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
+        .env("POD_NAMESPACE", home.name.as_str())
+        .start();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let uid = namespaces.get(&primary.name).await.unwrap().metadata.uid.unwrap();
+
+    // The records are in the operator's namespace (POD_NAMESPACE), owned by the Namespace.
+    let runs = runs_api(&client, &home.name);
+    let first = wait_record(&runs, &uid, "the first record", |r| trigger(r) == "Created").await;
+    assert_eq!(first["spec"]["result"], "Successful");
+    assert_eq!(
+        first["spec"]["owner"],
+        json!({"apiVersion": "v1", "kind": "Namespace", "name": primary.name, "uid": uid})
+    );
+    assert_eq!(first["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+
+    // The cluster is shared: a test of an older tree may have applied its AnsibleRun CRD, whose
+    // trigger reasons lack AnnotationsChanged. This tree's goes back on first.
+    support::install_run_records_crd(&client).await;
+    let note = json!({"metadata": {"annotations": {"example.com/note": "changed"}}});
+    namespaces.patch(&primary.name, &PatchParams::default(), &Patch::Merge(&note)).await.unwrap();
+    wait_record(&runs, &uid, "the annotation change's record", |r| trigger(r) == "AnnotationsChanged").await;
+
+    // The API lists them as the CR's runs, to a reader who may get the Namespace.
+    let api = support::api::ApiServer::localhost(port, None);
+    api.wait_until_up(WAIT);
+    let reader = support::api::service_account(&ns.name, "reader", "get", "configmaps");
+    let rbac = ClusterRbac(format!("{}-reader", ns.name));
+    support::kubectl_ok(["create", "clusterrole", &rbac.0, "--verb=get", "--resource=namespaces"]);
+    let (role, account) =
+        (format!("--clusterrole={}", rbac.0), format!("--serviceaccount={}:reader", ns.name));
+    support::kubectl_ok(["create", "clusterrolebinding", &rbac.0, &role, &account]);
+    let path = format!("/api/v1/kinds/core/namespaces/crs/-/{}", primary.name);
+    let detail = support::wait_for("the runs listed by the API", WAIT, || async {
+        let reply = api.request("GET", &path, Some(&reader));
+        let reasons: Vec<String> = reply.body["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|run| run["trigger"]["reason"].as_str().map(str::to_string))
+            .collect();
+        let listed =
+            reasons.iter().any(|r| r == "Created") && reasons.iter().any(|r| r == "AnnotationsChanged");
+        Ok(if listed { Ok(reply.body) } else { Err(format!("{}: {}", reply.status, reply.body)) })
+    })
+    .await;
+    assert!(detail["runs"].as_array().unwrap().len() >= 2, "{detail}");
+    let log = operator.log();
+    assert!(!log.contains("could not write the run record"), "{log}");
     drop(operator);
 }
 

@@ -110,6 +110,26 @@ async fn children_get_owner_references_or_annotations_on_every_create_path() {
 }
 
 #[tokio::test]
+async fn reviews_pass_the_proxy_as_written_and_get_their_answers() {
+    const REVIEWER: &str = "Reviewer";
+    let Test { client: _, ns, api } = Test::setup("proxy-reviews").kind(GROUP, REVIEWER).build().await;
+    let token = support::kubectl_ok(["-n", &ns.name, "create", "token", "default"]);
+    let _operator =
+        OperatorConfig::new(&support::playbook_watch(GROUP, REVIEWER, "reviews.yml"), &ns.name).start();
+    support::create_cr(&api, GROUP, REVIEWER, "asks", json!({"token": token.trim()})).await;
+
+    // Before the fix the proxy added the primary-resource annotations and the API server answered
+    // 422 "metadata: must be empty", failing the run.
+    let done = support::wait_for_condition(&api, "asks", "Successful", "True", WAIT).await;
+    let status = &done.data["status"];
+    assert_eq!(status["access"]["allowed"], true, "{status}");
+    assert_eq!(status["access"]["annotations"], json!({}), "nothing injected: {status}");
+    assert_eq!(status["token"]["authenticated"], true, "{status}");
+    assert_eq!(status["token"]["username"], format!("system:serviceaccount:{}:default", ns.name));
+    assert_eq!(status["token"]["annotations"], json!({}), "nothing injected: {status}");
+}
+
+#[tokio::test]
 async fn deleted_child_is_restored_and_only_spec_edits_of_children_trigger() {
     let Test { client, ns, api } = Test::setup("proxy-dependents").kind(GROUP, KIND).build().await;
     let _operator = OperatorConfig::new(&watches(), &ns.name).start();

@@ -90,7 +90,7 @@ pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)>
     let metrics = Metrics::with_cr_metrics(VERSION, COMMIT, args.cr_metrics);
     let launcher = launcher(args, &loaded.watches, toolchain, &playbook_env, &metrics);
     let ledger = Arc::new(Ledger::default());
-    let history = Arc::new(History::new(client.clone(), &namespaces).await);
+    let history = Arc::new(History::new(client.clone(), &namespaces, records_home(&env, &namespaces)).await);
     let instance = env.var("POD_NAME").or(env.var("HOSTNAME")).map(str::to_string);
     let reporter = Reporter { component: crate::kubeapi::FIELD_MANAGER.into(), instance: instance.clone() };
     let events = Arc::new(Recorder::new(client.clone(), reporter));
@@ -233,6 +233,16 @@ fn watch_namespaces(env: &Environment) -> Vec<String> {
         tracing::info!(target: TARGET, namespaces = ?namespaces, "watching namespaces");
     }
     namespaces
+}
+
+/// Where the run records of cluster-scoped CRs go: the operator's own namespace (`POD_NAMESPACE`,
+/// else the service account's), said once so that a user finds them.
+fn records_home(env: &Environment, namespaces: &[String]) -> String {
+    let service_account = leader::in_cluster_namespace();
+    let (home, source) =
+        crate::history::home::decide(env.var("POD_NAMESPACE"), service_account.as_deref(), namespaces);
+    tracing::info!(target: TARGET, namespace = %home, from = ?source, "run records of cluster-scoped CRs go to this namespace");
+    home
 }
 
 /// Ends the process trees of runs an earlier operator left behind.
@@ -382,6 +392,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
         resync_pacer: Arc::new(Pacer::new(args.max_resyncs_per_second)),
         history: shared.history,
         events: Some(shared.events),
+        run_events: args.run_events,
         ledger: shared.ledger,
         live: Arc::default(),
         trust_cr_templates: args.shape.trust_cr_templates,

@@ -2,11 +2,42 @@
 //! `Normal ReconcileSucceeded` with the counts, `Warning ReconcileFailed` with the task and message,
 //! `Warning RunTimedOut`. Written as core Events by [`crate::recorder`], which folds repeats of one
 //! message into one Event with a count: a message names the trigger and no run, so repeats are runs
-//! of one kind (the periodic resyncs, the retries of one failure).
+//! of one kind (the periodic resyncs, the retries of one failure). Which runs get one is
+//! `--run-events` ([`worth_an_event`]): upstream writes none, and a real operator's RBAC often
+//! lacks `events`.
 
 use crate::recorder::{EventType, Note};
 
 use super::record::{RunRecord, RunResult};
+
+/// `--run-events`: which runs get an Event on their CR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RunEvents {
+    /// Failed and timed-out runs of the operator's own kinds (those a CRD serves).
+    #[default]
+    Failures,
+    /// Every run of every watched kind, successes included.
+    All,
+    /// None, as upstream.
+    None,
+}
+
+/// Whether a run that ended with `result`, of a kind in API group `group`, gets an Event.
+#[must_use]
+pub fn worth_an_event(policy: RunEvents, result: RunResult, group: &str) -> bool {
+    match policy {
+        RunEvents::None => false,
+        RunEvents::All => true,
+        RunEvents::Failures => result != RunResult::Successful && is_own_kind(group),
+    }
+}
+
+/// Whether a kind in `group` is the operator's own, served by a CRD, rather than Kubernetes' (a
+/// Secret, a Namespace, a Deployment watched as a primary): a CRD's group has a dot, and the
+/// `*.k8s.io` groups are Kubernetes' own (a CRD there needs the API reviewers' approval).
+pub fn is_own_kind(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io")
+}
 
 /// An Event's message is at most 1 KiB.
 const NOTE_LIMIT: usize = 1024;
@@ -73,6 +104,23 @@ mod tests {
         assert_eq!(succeeded.reason, "ReconcileSucceeded");
         assert_eq!(succeeded.message, "SpecChanged run: ok=2 changed=1 skipped=0");
         assert_eq!(cut("é".repeat(600)).len(), 1023);
+    }
+
+    #[test]
+    fn by_default_only_failures_of_the_operator_s_own_kinds_get_an_event() {
+        let own = "cache.example.com";
+        for foreign in ["", "apps", "batch", "networking.k8s.io"] {
+            assert!(!is_own_kind(foreign), "{foreign:?}");
+            assert!(!worth_an_event(RunEvents::Failures, RunResult::Failure, foreign), "{foreign:?}");
+            assert!(worth_an_event(RunEvents::All, RunResult::Successful, foreign), "{foreign:?}");
+        }
+        assert!(!worth_an_event(RunEvents::Failures, RunResult::Successful, own), "upstream is quiet");
+        assert!(worth_an_event(RunEvents::Failures, RunResult::Failure, own));
+        assert!(worth_an_event(RunEvents::Failures, RunResult::TimedOut, own));
+        assert!(worth_an_event(RunEvents::All, RunResult::Successful, own));
+        for result in [RunResult::Successful, RunResult::Failure, RunResult::TimedOut] {
+            assert!(!worth_an_event(RunEvents::None, result, own));
+        }
     }
 
     #[test]

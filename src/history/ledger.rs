@@ -1,5 +1,6 @@
 //! What the operator remembers between runs of a CR, to say why the next one happens: the
-//! dependent object that changed, and what it scheduled when the last run ended. In memory only: after
+//! dependent object that changed, what it scheduled when the last run ended, and what the last run
+//! saw of the CR (its annotations and, for kinds without a generation, its content). In memory only: after
 //! a restart every CR's first run is a start-up run (with `--startup-resync=due`, a converged CR's
 //! first run is the resync scheduled when it was first seen).
 
@@ -17,10 +18,22 @@ struct Entry {
     scheduled: Option<Scheduled>,
 }
 
+/// What a run saw of its CR, as hashes: enough to tell that the CR changed since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Its annotations.
+    pub annotations: u64,
+    /// Everything but its status and the metadata the API server moves (resourceVersion,
+    /// managedFields): the change a kind without a generation runs on.
+    pub content: u64,
+}
+
 /// The remembered reasons, per CR.
 #[derive(Debug, Default)]
 pub struct Ledger {
     entries: Mutex<HashMap<CrKey, Entry>>,
+    /// Kept across runs (a run's start replaces it), unlike the entries, which a run takes.
+    seen: Mutex<HashMap<CrKey, Seen>>,
 }
 
 impl Ledger {
@@ -48,9 +61,16 @@ impl Ledger {
             .is_some_and(|entry| entry.dependent.is_none() && entry.scheduled == Some(Scheduled::Resync))
     }
 
+    /// A run starts on the CR as `seen`; returns what the previous run saw (`None`: none since
+    /// the operator started).
+    pub fn saw(&self, cr: CrKey, seen: Seen) -> Option<Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(cr, seen)
+    }
+
     /// Forgets a CR that is gone.
     pub fn forget(&self, cr: &CrKey) {
         self.lock().remove(cr);
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(cr);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CrKey, Entry>> {
@@ -75,6 +95,18 @@ mod tests {
         ledger.scheduled(key(), Scheduled::Resync);
         assert_eq!(ledger.take(&key()), (Some(first), Some(Scheduled::Resync)));
         assert_eq!(ledger.take(&key()), (None, None));
+    }
+
+    #[test]
+    fn each_run_learns_what_the_previous_one_saw_until_the_cr_is_forgotten() {
+        let ledger = Ledger::default();
+        let first = Seen { annotations: 1, content: 10 };
+        let second = Seen { annotations: 2, content: 10 };
+        assert_eq!(ledger.saw(key(), first), None, "no run since the operator started");
+        let _ = ledger.take(&key());
+        assert_eq!(ledger.saw(key(), second), Some(first), "a run's take leaves it");
+        ledger.forget(&key());
+        assert_eq!(ledger.saw(key(), first), None);
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! by the CR (so it survives operator restarts, reads with kubectl and goes with the CR), with a
 //! Kubernetes Event on the CR. A successful periodic resync that changed nothing only confirms the
 //! latest record. Without the `AnsibleRun` CRD or the rights to write it the history is kept in
-//! memory, said once, until they appear (see [`availability`]).
+//! memory, said once, until they appear (see [`availability`]). A cluster-scoped CR's records live
+//! in the operator's own namespace (see [`home`]).
 
 pub mod availability;
 pub mod events;
+pub mod home;
 pub mod ledger;
 pub mod live;
 mod memory;
@@ -70,6 +72,8 @@ pub struct History {
     resource: ApiResource,
     /// Where the access reviews ask (the watched namespaces, or all).
     scopes: Vec<Option<String>>,
+    /// Where the records of cluster-scoped CRs go: the operator's own namespace.
+    home: String,
     state: Mutex<State>,
     /// Whether the warning about a CRD without `spec.input` or `spec.reads` was given.
     told_old_crd: std::sync::atomic::AtomicBool,
@@ -90,8 +94,9 @@ impl std::fmt::Debug for History {
 
 impl History {
     /// The history, stored in the cluster when the `AnsibleRun` CRD is served and the operator may
-    /// write records in `namespaces` (empty: all), else in memory with one warning.
-    pub async fn new(client: Client, namespaces: &[String]) -> History {
+    /// write records in `namespaces` (empty: all), else in memory with one warning. Records of
+    /// cluster-scoped CRs go to `home`.
+    pub async fn new(client: Client, namespaces: &[String], home: String) -> History {
         let scopes = availability::scopes(namespaces);
         let store = availability::probe(&client, &scopes).await;
         announce(availability::tell(None, &store));
@@ -101,6 +106,7 @@ impl History {
             client,
             resource,
             scopes,
+            home,
             state: Mutex::new(State { store, memory: Memory::default() }),
             told_old_crd: Default::default(),
         }
@@ -152,6 +158,12 @@ impl History {
         }
     }
 
+    /// Where the records of a CR in `namespace` are: there, or for a cluster-scoped CR (`None`) in
+    /// the operator's namespace.
+    fn place<'a>(&'a self, namespace: Option<&'a str>) -> &'a str {
+        namespace.unwrap_or(&self.home)
+    }
+
     fn api(&self, namespace: Option<&str>) -> Api<DynamicObject> {
         match namespace {
             Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &self.resource),
@@ -159,18 +171,18 @@ impl History {
         }
     }
 
-    /// A CR's records, newest first (its runs: plans are kept apart).
+    /// A CR's records, newest first (its runs: plans are kept apart); `namespace` is the CR's.
     pub async fn runs(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
         let params =
             ListParams::default().labels(&format!("{}={owner_uid},!{}", record::OWNER_UID, record::PLAN));
-        self.list(namespace, &params, Some(owner_uid), owner_uid).await
+        self.list(Some(self.place(namespace)), &params, Some(owner_uid), owner_uid).await
     }
 
-    /// A CR's plans, newest first.
+    /// A CR's plans, newest first; `namespace` is the CR's.
     pub async fn plans(&self, owner_uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, Error> {
         let params =
             ListParams::default().labels(&format!("{}={owner_uid},{}", record::OWNER_UID, record::PLAN));
-        self.list(namespace, &params, Some(&plan_key(owner_uid)), owner_uid).await
+        self.list(Some(self.place(namespace)), &params, Some(&plan_key(owner_uid)), owner_uid).await
     }
 
     /// Every run record in a namespace (`None`: in all), newest first.
@@ -225,8 +237,10 @@ impl History {
     /// Stores a record and keeps the CR's newest `limit` (of its runs, or of its plans).
     pub async fn record(&self, record: &RunRecord, limit: usize) -> Result<(), Error> {
         let owner = || record.owner.name.clone();
-        let manifest = record.manifest();
-        let namespace = record.owner.namespace.as_deref();
+        let namespace = Some(self.place(record.owner.namespace.as_deref()));
+        let mut manifest = record.manifest();
+        // Where the record is, in memory as in the cluster (a cluster-scoped CR's is in `home`).
+        manifest["metadata"]["namespace"] = json!(namespace);
         let key = if record.plan { plan_key(&record.owner.uid) } else { record.owner.uid.clone() };
         let kept = self.in_memory(|memory| memory.push(&key, &manifest, limit));
         match kept {
@@ -267,6 +281,7 @@ impl History {
         owner_uid: &str,
         namespace: Option<&str>,
     ) -> Result<(), Error> {
+        let namespace = Some(self.place(namespace));
         let status = json!({"confirmations": latest.confirmations + 1, "lastConfirmed": jiff::Timestamp::now().to_string()});
         let kept = self.in_memory(|memory| memory.set_latest_status(owner_uid, &status));
         match kept {
@@ -315,8 +330,9 @@ impl History {
         Ok(())
     }
 
-    /// One record by name.
+    /// One record by name; `namespace` is its CR's.
     pub async fn run(&self, namespace: Option<&str>, name: &str) -> Result<Option<Value>, Error> {
+        let namespace = Some(self.place(namespace));
         let remembered = self.in_memory(|memory| {
             memory
                 .records(None)

@@ -1,5 +1,6 @@
 //! Why a run happened, decided from the CR as it is and what the operator remembers of it (the
-//! [`Ledger`](super::ledger::Ledger)): created, spec changed, a dependent object changed, a
+//! [`Ledger`](super::ledger::Ledger)): created, spec changed, annotations changed (with
+//! `watchAnnotationsChanges`), a kind without a generation changed, a dependent object changed, a
 //! periodic resync, `requeue_after`, a retry after a failure, the finalizer, a manual trigger, or
 //! the operator's start (every CR is reconciled once when the operator starts, as upstream).
 
@@ -46,6 +47,11 @@ pub enum Trigger {
         #[serde(rename = "toGeneration")]
         to: i64,
     },
+    /// The annotations changed, and the watch runs on that (`watchAnnotationsChanges`).
+    AnnotationsChanged,
+    /// The object changed: a kind without a generation (a Secret, a Namespace), where every change
+    /// but one of status triggers, as upstream's predicate lets it.
+    ObjectChanged,
     /// A dependent object changed or was deleted.
     DependentChanged {
         /// Which one.
@@ -77,6 +83,8 @@ impl Trigger {
         match self {
             Trigger::Created => "Created",
             Trigger::SpecChanged { .. } => "SpecChanged",
+            Trigger::AnnotationsChanged => "AnnotationsChanged",
+            Trigger::ObjectChanged => "ObjectChanged",
             Trigger::DependentChanged { .. } => "DependentChanged",
             Trigger::Resync => "Resync",
             Trigger::RequeueAfter => "RequeueAfter",
@@ -105,6 +113,12 @@ pub struct Facts<'a> {
     pub generation: Option<i64>,
     /// The generation the last run saw (conditions' `observedGeneration`, or the last record's).
     pub observed_generation: Option<i64>,
+    /// The CR has a record already: a kind without a generation was seen before.
+    pub recorded: bool,
+    /// The annotations differ from those the last run saw, and the watch runs on that.
+    pub annotations_changed: bool,
+    /// A kind without a generation: the object differs from the one the last run saw.
+    pub object_changed: bool,
     /// A dependent object that changed since the last run.
     pub dependent: Option<Dependent>,
     /// What the operator scheduled when the last run ended.
@@ -121,9 +135,16 @@ pub fn decide(facts: Facts<'_>) -> Trigger {
         return Trigger::Manual { by: by.to_string() };
     }
     match (facts.observed_generation, facts.generation) {
-        (None, _) => return Trigger::Created,
+        // A kind without a generation has none to observe: its record says it ran before.
+        (None, _) if !facts.recorded || facts.generation.is_some() => return Trigger::Created,
         (Some(from), Some(to)) if from != to => return Trigger::SpecChanged { from, to },
         _ => {}
+    }
+    if facts.annotations_changed {
+        return Trigger::AnnotationsChanged;
+    }
+    if facts.object_changed {
+        return Trigger::ObjectChanged;
     }
     if let Some(dependent) = facts.dependent {
         return Trigger::DependentChanged { dependent };
@@ -178,6 +199,32 @@ mod tests {
         );
         assert_eq!(decide(Facts { scheduled: Some(Scheduled::Resync), ..seen(1) }), Trigger::Resync);
         assert_eq!(decide(seen(1)), Trigger::Startup, "nothing remembered: the operator started");
+    }
+
+    #[test]
+    fn an_annotation_change_is_told_apart_from_a_resync_or_the_start() {
+        let changed = Facts { annotations_changed: true, scheduled: Some(Scheduled::Resync), ..seen(1) };
+        assert_eq!(decide(changed), Trigger::AnnotationsChanged, "not the resync the last run scheduled");
+        assert_eq!(decide(Facts { annotations_changed: true, ..seen(1) }), Trigger::AnnotationsChanged);
+        let both = Facts { annotations_changed: true, observed_generation: Some(1), ..seen(2) };
+        assert_eq!(decide(both), Trigger::SpecChanged { from: 1, to: 2 }, "a spec change tells more");
+        let dependent = Dependent { kind: "ConfigMap".into(), namespace: None, name: "c".into() };
+        let with_dependent = Facts { annotations_changed: true, dependent: Some(dependent), ..seen(1) };
+        assert_eq!(decide(with_dependent), Trigger::AnnotationsChanged, "the CR's own change first");
+    }
+
+    #[test]
+    fn a_kind_without_a_generation_is_created_once_then_changed_or_resynced() {
+        let never_ran = Facts::default();
+        assert_eq!(decide(never_ran), Trigger::Created);
+        let ran = Facts { recorded: true, ..Facts::default() };
+        assert_eq!(decide(ran.clone()), Trigger::Startup, "ran before the operator started");
+        assert_eq!(decide(Facts { object_changed: true, ..ran.clone() }), Trigger::ObjectChanged);
+        assert_eq!(decide(Facts { scheduled: Some(Scheduled::Resync), ..ran.clone() }), Trigger::Resync);
+        let annotated = Facts { annotations_changed: true, object_changed: true, ..ran };
+        assert_eq!(decide(annotated), Trigger::AnnotationsChanged);
+        let first_run_of_a_generation = Facts { generation: Some(1), recorded: true, ..Facts::default() };
+        assert_eq!(decide(first_run_of_a_generation), Trigger::Created, "no generation observed yet");
     }
 
     #[test]

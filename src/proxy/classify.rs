@@ -66,6 +66,11 @@ pub fn classify(method: &Method, headers: &HeaderMap, uri: &Uri, link: bool) -> 
         return Handling::Upgrade;
     }
     let Some(info) = RequestInfo::parse(uri.path()) else { return Handling::Pass };
+    // A review or binding is a question to the API server, not an object: sent as written (a
+    // review with metadata is refused), never linked, watched or recorded as the run's child.
+    if info.is_virtual() {
+        return Handling::Pass;
+    }
     let verb = recorded_verb(method, headers, &info);
     // Every object write is one the history records.
     if let (Some(write), Some(verb)) = (object_write(method, headers, &info), verb) {
@@ -282,6 +287,31 @@ mod tests {
         assert_eq!(classified(Method::POST, "application/json", "/api/v1/watch/pods"), Handling::Pass);
         let eviction = "/api/v1/namespaces/ns/pods/p/eviction";
         assert_eq!(classified(Method::POST, "application/json", eviction), Handling::Pass);
+    }
+
+    #[test]
+    fn creates_of_virtual_resources_pass_as_sent() {
+        let creates = [
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            "/apis/authorization.k8s.io/v1/namespaces/ns/localsubjectaccessreviews",
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            "/api/v1/namespaces/ns/bindings",
+            // Subresources the API server acts on: not objects of their own either.
+            "/api/v1/namespaces/ns/serviceaccounts/sa/token",
+            "/api/v1/namespaces/ns/pods/p/eviction",
+            "/api/v1/namespaces/ns/pods/p/binding",
+        ];
+        for path in creates {
+            assert_eq!(classified(Method::POST, "application/json", path), Handling::Pass, "{path}");
+        }
+        let role = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+        assert!(
+            matches!(classified(Method::POST, "application/json", role), Handling::Write { link: true, .. }),
+            "an RBAC object is stored and linked"
+        );
     }
 
     #[test]

@@ -7,6 +7,17 @@ const SPECIAL_VERBS: [&str; 2] = ["watch", "proxy"];
 /// Subresources of a namespace object, which the API server does not read as a resource inside it.
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
+/// API groups whose every resource is a review: the API server answers a create of one
+/// (`SelfSubjectAccessReview`, `SubjectAccessReview`, `LocalSubjectAccessReview`,
+/// `SelfSubjectRulesReview`, `TokenReview`, `SelfSubjectReview`) and stores nothing. Named by group,
+/// so a review kind added later is one too. `rbac.authorization.k8s.io` is another group.
+const REVIEW_GROUPS: [&str; 2] = ["authorization.k8s.io", "authentication.k8s.io"];
+
+/// Core resources the API server acts on and does not store: a `Binding` assigns a pod to a node.
+/// The other such writes (`serviceaccounts/token`, `pods/eviction`, `pods/binding`) are
+/// subresources, which are never objects of their own.
+const CORE_VIRTUAL_RESOURCES: [&str; 1] = ["bindings"];
+
 /// A parsed resource request path.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestInfo {
@@ -61,6 +72,15 @@ impl RequestInfo {
         info.name = name.map(|n| n.to_string());
         info.subresource = subresource.map(|s| s.to_string());
         Some(info)
+    }
+
+    /// Whether the resource is virtual: a create of it is a request the API server answers without
+    /// storing an object (upstream asks discovery for the verbs; these are the kinds that lack
+    /// get, list and watch). Such a body must reach the API server as sent: a review's metadata
+    /// must be empty, and nothing is there to own, watch or record.
+    pub fn is_virtual(&self) -> bool {
+        REVIEW_GROUPS.contains(&self.group.as_str())
+            || (self.group.is_empty() && CORE_VIRTUAL_RESOURCES.contains(&self.resource.as_str()))
     }
 
     /// `group/version`, or `version` for the core group.
@@ -155,6 +175,32 @@ mod tests {
                 ..Default::default()
             })
         );
+    }
+
+    #[test]
+    fn reviews_and_bindings_are_virtual_and_stored_kinds_are_not() {
+        let virtual_paths = [
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            "/apis/authorization.k8s.io/v1/namespaces/ns/localsubjectaccessreviews",
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            "/api/v1/namespaces/ns/bindings",
+        ];
+        for path in virtual_paths {
+            assert!(RequestInfo::parse(path).unwrap().is_virtual(), "{path}");
+        }
+        let stored = [
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            "/apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings",
+            "/api/v1/namespaces/ns/configmaps",
+            "/apis/g.example.com/v1/namespaces/ns/bindings",
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        ];
+        for path in stored {
+            assert!(!RequestInfo::parse(path).unwrap().is_virtual(), "{path}");
+        }
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct Settings {
     pub history: Arc<crate::history::History>,
     /// Events on the CRs about their runs.
     pub events: Option<Arc<crate::recorder::Recorder>>,
+    /// `--run-events`: which runs get an Event.
+    pub run_events: crate::history::events::RunEvents,
     /// What the operator remembers between runs, to tell why a run happens.
     pub ledger: Arc<crate::history::Ledger>,
     /// Run records kept per CR (`--run-history-limit`; a watch's `runHistoryLimit` wins).

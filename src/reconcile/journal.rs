@@ -10,7 +10,8 @@ use kube::{Resource, ResourceExt};
 use super::annotations;
 use super::context::{Context, Error, Next};
 use crate::executor_mode::Executor;
-use crate::history::ledger::CrKey;
+use crate::history::events;
+use crate::history::ledger::{CrKey, Seen};
 use crate::history::record::{FailedTask, OwnerRef, Read, RunInput, RunRecord, RunResult, Touched};
 use crate::history::trigger::{self, Facts, Scheduled, Trigger};
 use crate::history::{History, Latest};
@@ -77,7 +78,10 @@ impl Journal {
                     None
                 }
             };
-        let (dependent, scheduled) = ctx.settings.ledger.take(&cr_key(ctx, current));
+        let key = cr_key(ctx, current);
+        let (dependent, scheduled) = ctx.settings.ledger.take(&key);
+        let now = seen(current);
+        let before = ctx.settings.ledger.saw(key, now);
         let request = annotations::reconcile_request(current.annotations());
         let manual =
             request.as_ref().filter(|r| is_newer(&r.at, latest.as_ref().map(|l| l.started.as_str())));
@@ -95,6 +99,11 @@ impl Journal {
             manual: manual.map(|r| r.by.as_str()),
             generation,
             observed_generation: observed,
+            recorded: latest.is_some(),
+            annotations_changed: ctx.watch.watch_annotations_changes
+                && before.is_some_and(|before| before.annotations != now.annotations),
+            object_changed: generation.is_none()
+                && before.is_some_and(|before| before.content != now.content),
             dependent,
             scheduled,
         }));
@@ -119,6 +128,30 @@ impl Journal {
             self.trigger = Some(Trigger::SpecChanged { from, to });
         }
     }
+}
+
+/// What a run sees of its CR, to tell the next run whether the CR changed since.
+fn seen(object: &DynamicObject) -> Seen {
+    use std::hash::{Hash, Hasher};
+    let hash = |write: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        write(&mut hasher);
+        hasher.finish()
+    };
+    let annotations = hash(&|h| object.annotations().hash(h));
+    let content = hash(&|h| {
+        object.annotations().hash(h);
+        object.labels().hash(h);
+        object.metadata.finalizers.hash(h);
+        object.metadata.deletion_timestamp.as_ref().map(|t| t.0.to_string()).hash(h);
+        // The object's fields, in the API server's order, without the status the operator writes.
+        if let Some(fields) = object.data.as_object() {
+            for (field, value) in fields.iter().filter(|(field, _)| *field != "status") {
+                (field, value.to_string()).hash(h);
+            }
+        }
+    });
+    Seen { annotations, content }
 }
 
 /// Whether the request time `at` is after the last run started (`None`: there was none).
@@ -151,13 +184,14 @@ pub async fn finish(
     follow_reads(ctx, object, &trigger, &journal.reads);
     let record = record(ctx, object, ident, trigger, started, &journal, result);
     write(&ctx.settings.history, ctx, &record, journal.latest.as_ref()).await;
-    if let Some(events) = &ctx.settings.events {
+    let worth = events::worth_an_event(ctx.settings.run_events, record.result, &ctx.watch.gvk.group);
+    if let Some(events) = ctx.settings.events.as_ref().filter(|_| worth) {
         // With the resourceVersion, as client-go's reference to an object.
         let reference = ObjectReference {
             resource_version: object.metadata.resource_version.clone(),
             ..object.object_ref(&ctx.resource)
         };
-        events.record(&reference, &crate::history::events::note(&record)).await;
+        events.record(&reference, &events::note(&record)).await;
     }
 }
 
@@ -284,6 +318,8 @@ pub fn retry_scheduled(ctx: &Context, object: &DynamicObject, failures: u32) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn decided(trigger: Trigger, generation: i64, observed: i64) -> Journal {
@@ -316,6 +352,43 @@ mod tests {
             assert_eq!(journal.trigger, Some(asked));
             assert_eq!(journal.generation, Some(3));
         }
+    }
+
+    fn object(metadata: serde_json::Value, data: serde_json::Value) -> DynamicObject {
+        let mut object: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata}))
+                .unwrap();
+        object.data = data;
+        object
+    }
+
+    #[test]
+    fn what_a_run_sees_changes_with_annotations_and_content_but_not_with_status_or_resource_version() {
+        let base = object(
+            json!({"name": "s", "resourceVersion": "1", "annotations": {"a": "1"}}),
+            json!({"data": {"k": "dg=="}}),
+        );
+        let moved = object(
+            json!({"name": "s", "resourceVersion": "2", "annotations": {"a": "1"}}),
+            json!({"data": {"k": "dg=="}, "status": {"phase": "x"}}),
+        );
+        assert_eq!(
+            seen(&base),
+            seen(&moved),
+            "status and resourceVersion are the operator's and the server's"
+        );
+        let annotated =
+            object(json!({"name": "s", "annotations": {"a": "2"}}), json!({"data": {"k": "dg=="}}));
+        assert_ne!(seen(&base).annotations, seen(&annotated).annotations);
+        assert_ne!(seen(&base).content, seen(&annotated).content);
+        let edited = object(json!({"name": "s", "annotations": {"a": "1"}}), json!({"data": {"k": "dw=="}}));
+        assert_eq!(seen(&base).annotations, seen(&edited).annotations);
+        assert_ne!(seen(&base).content, seen(&edited).content);
+        let labelled = object(
+            json!({"name": "s", "annotations": {"a": "1"}, "labels": {"l": "1"}}),
+            json!({"data": {"k": "dg=="}}),
+        );
+        assert_ne!(seen(&base).content, seen(&labelled).content);
     }
 
     #[test]

@@ -175,6 +175,7 @@ pub fn forget(ctx: &Context, object: &DynamicObject) {
     ctx.seen.forget(&key);
     pause::note(ctx, &key, false);
     ctx.metrics.forget_cr(&cr_ref(ctx, object));
+    ctx.settings.ledger.forget(&journal::cr_key(ctx, object));
     journal::forget_reads(ctx, object);
 }
 

@@ -188,3 +188,23 @@ def test_check_mode_sends_nothing(run_offline, receiver):
     assert not result.get("failed"), result
     assert result["metric"] == {"name": "x", "description": "d", "gauge": {"set_to_current_time": True}}
     assert receiver.requests == []
+
+
+def test_a_type_without_options_registers_the_metric_as_upstream_s_scaffold_does(run_offline, receiver):
+    base = {"address": receiver.address, "description": "d"}
+    results = run_offline(
+        [
+            {"operator_sdk.util.osdk_metric": dict(base, name="sanity_counter", counter={})},
+            {"operator_sdk.util.osdk_metric": dict(base, name="sanity_gauge", gauge={})},
+            {"operator_sdk.util.osdk_metric": dict(base, name="sanity_histogram", histogram={})},
+            {"operator_sdk.util.osdk_metric": dict(base, name="sanity_summary", summary={})},
+        ]
+    )
+
+    assert not any(r.get("failed") for r in results), results
+    assert [r["body"] for r in receiver.requests] == [
+        {"name": "sanity_counter", "description": "d", "counter": {}},
+        {"name": "sanity_gauge", "description": "d", "gauge": {}},
+        {"name": "sanity_histogram", "description": "d", "histogram": {}},
+        {"name": "sanity_summary", "description": "d", "summary": {}},
+    ]

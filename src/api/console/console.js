@@ -72,6 +72,8 @@ function triggerText(trigger) {
       const d = trigger.dependent || {};
       return `${d.kind} ${d.namespace ? d.namespace + '/' : ''}${d.name} changed`;
     }
+    case 'AnnotationsChanged': return 'annotations changed';
+    case 'ObjectChanged': return 'object changed';
     case 'Retry': return `retry, attempt ${trigger.attempt}`;
     case 'Manual': return trigger.by ? `manual, by ${trigger.by}` : 'manual';
     case 'RequeueAfter': return 'requeue_after';

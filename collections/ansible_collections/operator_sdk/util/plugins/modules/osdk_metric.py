@@ -15,6 +15,8 @@ description:
     metric on first use and exports it with the operator's own metrics.
   - Exactly one of I(counter), I(gauge), I(histogram) and I(summary) must be given, and a metric keeps
     the type it was first used with.
+  - Given without an option (C(counter: {})), the metric is registered at zero and left as it is, as
+    upstream's scaffolded molecule test does before it checks C(sanity_counter 0).
 options:
   name:
     description:
@@ -33,7 +35,7 @@ options:
     default: http://localhost:5050/metrics
   counter:
     description:
-      - Update a counter. Give I(increment) or I(add).
+      - Update a counter with I(increment) or I(add); empty, only register it.
     type: dict
     suboptions:
       increment:
@@ -45,6 +47,7 @@ options:
   gauge:
     description:
       - Update a gauge. Give one of the options; if several are given, the first in the order listed wins.
+        Empty, only register it.
     type: dict
     suboptions:
       increment:
@@ -67,22 +70,20 @@ options:
         type: bool
   histogram:
     description:
-      - Record an observation in a histogram.
+      - Record an observation in a histogram; empty, only register it.
     type: dict
     suboptions:
       observe:
         description: The observed value.
         type: float
-        required: true
   summary:
     description:
-      - Record an observation in a summary.
+      - Record an observation in a summary; empty, only register it.
     type: dict
     suboptions:
       observe:
         description: The observed value.
         type: float
-        required: true
 attributes:
   check_mode:
     support: full
@@ -105,6 +106,12 @@ EXAMPLES = r"""
     description: Duration of backups
     histogram:
       observe: "{{ backup_seconds }}"
+
+- name: Register a counter at zero
+  operator_sdk.util.osdk_metric:
+    name: sanity_counter
+    description: Registered by the test role
+    counter: {}
 """
 
 RETURN = r"""
@@ -131,7 +138,7 @@ TIMEOUT_SECONDS = 10
 
 
 def argument_spec():
-    observe = dict(observe=dict(type="float", required=True))
+    observe = dict(observe=dict(type="float"))
     return dict(
         name=dict(type="str", required=True),
         description=dict(type="str", required=True),
@@ -154,13 +161,13 @@ def argument_spec():
 
 
 def metric_document(params):
-    """The JSON body for the endpoint, or raises ValueError when the metric update is not meaningful."""
+    """The JSON body for the endpoint, or raises ValueError when the metric update is not meaningful.
+
+    A type without options (``counter: {}``) is sent empty: the endpoint registers the metric at zero,
+    as upstream's does.
+    """
     metric_type = next(t for t in METRIC_TYPES if params[t] is not None)
     update = dict((k, v) for k, v in params[metric_type].items() if v is not None and v is not False)
-    if not update:
-        raise ValueError(
-            "%s needs one of %s" % (metric_type, ", ".join(sorted(params[metric_type])))
-        )
     if metric_type == "counter" and update.get("add", 0) < 0:
         raise ValueError("counter.add must not be negative (a counter only goes up), got %s" % update["add"])
     return {"name": params["name"], "description": params["description"], metric_type: update}
