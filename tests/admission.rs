@@ -285,7 +285,7 @@ async fn forged_reviews_that_are_many_deep_or_huge_get_fast_bounded_answers() {
                        "metadata": {"name": "c", "namespace": ns.name}, "spec": spec}}})
     };
 
-    // Eight at once into a lane of two: two run, the others are denied at once.
+    // Eight at once into a lane of two: two run, two wait their turn, the others are denied at once.
     let review = object(serde_json::json!({"masters": 3}));
     let answers: Vec<(serde_json::Value, Duration)> = std::thread::scope(|scope| {
         let sent: Vec<_> = (0..8)
@@ -300,19 +300,15 @@ async fn forged_reviews_that_are_many_deep_or_huge_get_fast_bounded_answers() {
         sent.into_iter().map(|handle| handle.join().expect("a review")).collect()
     });
     let allowed = answers.iter().filter(|(answer, _)| answer["allowed"] == true).count();
-    let busy: Vec<&Duration> = answers
+    let busy_at_once = answers
         .iter()
-        .filter(|(answer, _)| {
-            answer["status"]["message"].as_str().unwrap_or_default().contains("--max-concurrent-validations")
+        .filter(|(answer, took)| {
+            let message = answer["status"]["message"].as_str().unwrap_or_default();
+            message.contains("--max-concurrent-validations") && *took < Duration::from_secs(3)
         })
-        .map(|(_, took)| took)
-        .collect();
-    assert!((1..=2).contains(&allowed), "{answers:?}");
-    assert_eq!(allowed + busy.len(), 8, "{answers:?}");
-    assert!(
-        busy.iter().all(|took| **took < Duration::from_secs(3)),
-        "a full lane answers at once: {answers:?}"
-    );
+        .count();
+    assert!((2..=4).contains(&allowed), "two run, then the two waiting: {answers:?}");
+    assert_eq!(busy_at_once, 4, "the rest are answered at once: {answers:?}");
 
     // Too deep to decode: denied, with the request's uid.
     let deep = (0..300).fold(serde_json::json!(1), |inner, _| serde_json::json!({"a": inner}));

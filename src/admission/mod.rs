@@ -70,7 +70,9 @@ impl Validator {
         let Some(composer) = self.kind(gvk) else {
             return deny(format!("the operator has no validate playbook for {gvk}"));
         };
-        let permit = match self.door.lanes().validation_permit() {
+        // A review may wait for a slot half of the time the API server waits for its answer.
+        let patience = composer.watch.extensions.validate.as_ref().map(|v| v.timeout / 2).unwrap_or_default();
+        let permit = match self.door.lanes().validation_permit(patience).await {
             Ok(permit) => permit,
             Err(busy) => {
                 tracing::warn!(kind = %gvk, limit = busy.limit, "validation refused: the lane is full");

@@ -26,8 +26,9 @@ pub enum Lane {
     Reconcile,
     /// A plan: its own lane (`--max-concurrent-plans`), waited for.
     Plan,
-    /// A validation: its own lane (`--max-concurrent-validations`), refused at once when full,
-    /// since the API server waits for the answer and anyone who reaches the port may ask.
+    /// A validation: its own lane (`--max-concurrent-validations`), with as many places to wait
+    /// for a slot as there are slots, for a while; beyond them a review is refused at once, since
+    /// the API server waits for the answer and anyone who reaches the port may ask.
     Validation,
 }
 
@@ -55,7 +56,7 @@ impl Permit {
 
 /// A lane that answers at once is full.
 #[derive(Debug, thiserror::Error)]
-#[error("{limit} validations are running already (--max-concurrent-validations): try again")]
+#[error("{limit} validations are running and {limit} more waiting (--max-concurrent-validations): try again")]
 pub struct Busy {
     /// The lane's size.
     pub limit: usize,
@@ -114,6 +115,8 @@ pub struct Lanes {
     plans: Arc<Semaphore>,
     validations: Arc<Semaphore>,
     validation_limit: usize,
+    /// Reviews waiting for a slot of the validation lane.
+    validations_waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Lanes {
@@ -124,6 +127,7 @@ impl Lanes {
             plans: Arc::new(Semaphore::new(limits.plans.max(1))),
             validations: Arc::new(Semaphore::new(limits.validations.max(1))),
             validation_limit: limits.validations.max(1),
+            validations_waiting: Arc::default(),
         }
     }
 
@@ -138,19 +142,48 @@ impl Lanes {
         Permit { lane: Lane::Plan, _budget: None, _lane: Some(held) }
     }
 
-    /// A slot of the validation lane, or [`Busy`] at once.
-    pub fn validation_permit(&self) -> Result<Permit, Busy> {
-        let held = self
-            .validations
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| Busy { limit: self.validation_limit })?;
-        Ok(Permit { lane: Lane::Validation, _budget: None, _lane: Some(held) })
+    /// A slot of the validation lane: at once when one is free; else, when fewer reviews wait than
+    /// the lane has slots, one freed within `patience`; else [`Busy`] at once. A burst of creates
+    /// (a GitOps sync) is served in turn, while a flood waits in a bounded line.
+    pub async fn validation_permit(&self, patience: std::time::Duration) -> Result<Permit, Busy> {
+        let busy = || Busy { limit: self.validation_limit };
+        let permit = |held| Permit { lane: Lane::Validation, _budget: None, _lane: Some(held) };
+        if let Ok(held) = self.validations.clone().try_acquire_owned() {
+            return Ok(permit(held));
+        }
+        let waiting = Waiting::join(&self.validations_waiting);
+        if waiting.ahead >= self.validation_limit {
+            return Err(busy());
+        }
+        match tokio::time::timeout(patience, self.validations.clone().acquire_owned()).await {
+            Ok(Ok(held)) => Ok(permit(held)),
+            _ => Err(busy()),
+        }
     }
 
     /// Run budget slots in use now.
     pub fn runs_in_use(&self) -> usize {
         self.budget.in_use()
+    }
+}
+
+/// A place in a lane's line, left when dropped.
+struct Waiting {
+    line: Arc<std::sync::atomic::AtomicUsize>,
+    /// How many waited when it joined.
+    ahead: usize,
+}
+
+impl Waiting {
+    fn join(line: &Arc<std::sync::atomic::AtomicUsize>) -> Waiting {
+        let ahead = line.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Waiting { line: line.clone(), ahead }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.line.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -230,6 +263,8 @@ fn cluster_environment(names: impl Iterator<Item = String>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn lanes(validations: usize) -> Lanes {
@@ -242,25 +277,40 @@ mod tests {
         assert!(Lane::Plan.dry_run() && Lane::Validation.dry_run());
     }
 
-    #[test]
-    fn a_full_validation_lane_answers_at_once_and_frees_its_slot_when_a_run_ends() {
-        let door = lanes(2);
-        let first = door.validation_permit().expect("a slot");
-        let _second = door.validation_permit().expect("a slot");
-        let busy = door.validation_permit().expect_err("full");
+    #[tokio::test(start_paused = true)]
+    async fn a_full_validation_lane_lets_as_many_wait_for_a_while_and_answers_the_rest_at_once() {
+        let lanes = Arc::new(lanes(2));
+        let patience = Duration::from_secs(5);
+        let first = lanes.validation_permit(patience).await.expect("a slot");
+        let _second = lanes.validation_permit(patience).await.expect("a slot");
+        // Two wait; the fifth is answered at once.
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let lanes = lanes.clone();
+                tokio::spawn(async move { lanes.validation_permit(patience).await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let busy = lanes.validation_permit(patience).await.expect_err("the line is full");
         assert_eq!(
             busy.to_string(),
-            "2 validations are running already (--max-concurrent-validations): try again"
+            "2 validations are running and 2 more waiting (--max-concurrent-validations): try again"
         );
+        // A slot freed in time serves the first waiter; the second gives up after its patience.
         drop(first);
-        assert_eq!(door.validation_permit().expect("a slot again").lane(), Lane::Validation);
+        let mut served = Vec::new();
+        for waiter in waiters {
+            served.push(waiter.await.unwrap());
+        }
+        assert_eq!(served.iter().map(Result::is_ok).collect::<Vec<_>>(), [true, false]);
+        assert!(lanes.validation_permit(Duration::ZERO).await.is_err(), "both slots are taken again");
     }
 
     #[tokio::test]
     async fn plans_and_validations_do_not_take_the_run_budget() {
         let door = lanes(1);
         let plan = door.plan_permit().await;
-        let validation = door.validation_permit().expect("a slot");
+        let validation = door.validation_permit(Duration::ZERO).await.expect("a slot");
         assert_eq!(door.runs_in_use(), 0);
         let run = door.reconcile_permit(Priority::Resync).await;
         assert_eq!(
