@@ -130,28 +130,14 @@ impl Journal {
     }
 }
 
-/// What a run sees of its CR, to tell the next run whether the CR changed since.
+/// What a run sees of its CR, to tell the next run whether the CR changed since: its annotations,
+/// and its content as a dependent's change is judged (everything but status, resourceVersion and
+/// managedFields).
 fn seen(object: &DynamicObject) -> Seen {
     use std::hash::{Hash, Hasher};
-    let hash = |write: &dyn Fn(&mut std::collections::hash_map::DefaultHasher)| {
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        write(&mut hasher);
-        hasher.finish()
-    };
-    let annotations = hash(&|h| object.annotations().hash(h));
-    let content = hash(&|h| {
-        object.annotations().hash(h);
-        object.labels().hash(h);
-        object.metadata.finalizers.hash(h);
-        object.metadata.deletion_timestamp.as_ref().map(|t| t.0.to_string()).hash(h);
-        // The object's fields, in the API server's order, without the status the operator writes.
-        if let Some(fields) = object.data.as_object() {
-            for (field, value) in fields.iter().filter(|(field, _)| *field != "status") {
-                (field, value.to_string()).hash(h);
-            }
-        }
-    });
-    Seen { annotations, content }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    object.annotations().hash(&mut hasher);
+    Seen { annotations: hasher.finish(), content: crate::proxy::dependents::significant_hash(object) }
 }
 
 /// Whether the request time `at` is after the last run started (`None`: there was none).
