@@ -17,11 +17,12 @@ import os
 import resource
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from . import process
 
 #: Largest report a run sends (a module's source is the largest); larger ones are not sent.
 MAX_REPORT = 192 * 1024
@@ -206,32 +207,20 @@ class Learner:
 
 def start_learner(messages: list[bytes], leave_serving: Callable[[], None]) -> Learner | None:
     """In the zygote: forks a learner for `messages` (reports); None when it cannot."""
-    read, write = os.pipe2(os.O_CLOEXEC)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read)
-        os.close(write)
+
+    def learned() -> bytes:
+        kept_messages = list(messages)  # what the fork leaves behind may include the list
+        leave_serving()
+        _stop_reporting()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.nice(_LEARNER_NICENESS)
+        resource.setrlimit(resource.RLIMIT_CPU, (_LEARNER_CPU_SECONDS, _LEARNER_CPU_SECONDS))
+        return marshal.dumps(learn(kept_messages))
+
+    forked = process.fork_writing(learned)
+    if forked is None:
         return None
-    if pid == 0:
-        status = 1
-        try:
-            messages = list(messages)  # what the fork leaves behind may include the list
-            leave_serving()
-            _stop_reporting()
-            os.close(read)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.nice(_LEARNER_NICENESS)
-            resource.setrlimit(resource.RLIMIT_CPU, (_LEARNER_CPU_SECONDS, _LEARNER_CPU_SECONDS))
-            data = marshal.dumps(learn(messages))
-            with os.fdopen(write, "wb") as out:
-                out.write(data)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write)
+    pid, read = forked
     os.set_blocking(read, False)
     return Learner(pid, read, time.monotonic() + LEARNER_SECONDS)
 

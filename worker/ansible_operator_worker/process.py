@@ -235,30 +235,42 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def fork_writing(write: Callable[[], bytes]) -> tuple[int, int] | None:
+    """Forks a child that sends `write()`'s bytes down a pipe and exits (1 when `write` raised):
+    its pid and the pipe's read end (close-on-exec), or None when it could not be forked."""
+    read, fd = os.pipe()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(fd)
+        return None
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read)
+            data = write()
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(fd)
+    return pid, read
+
+
 def computed_in_child(compute: Callable[[], Any]) -> Any:
     """What `compute()` returns, computed in a forked child and handed back pickled. Work that
     parses or loads much leaves the heap of the process that did it fragmented (megabytes Python
     does not give back), and the worker's heap is what every run shares: only the result comes
     back. None when the child could not be forked or failed (the caller then does without, or
     computes in place)."""
-    read, write = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read)
-        os.close(write)
+    forked = fork_writing(lambda: pickle.dumps(compute()))
+    if forked is None:
         return None
-    if pid == 0:
-        status = 1
-        try:
-            os.close(read)
-            result = compute()
-            with os.fdopen(write, "wb") as out:
-                pickle.dump(result, out)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write)
+    pid, read = forked
     with os.fdopen(read, "rb") as pipe:
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
