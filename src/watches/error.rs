@@ -176,6 +176,16 @@ pub enum Error {
         /// The value as written.
         value: String,
     },
+    /// A rule of `permissions` is not one.
+    #[error("{at}: field \"{field}\": {reason}")]
+    Permissions {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// The field, as `permissions[N].key`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// `executor` is neither `warm` nor `cold`.
     #[error("{at}: field \"executor\": {value:?} is not one of \"warm\", \"cold\"")]
     Executor {

@@ -1,6 +1,7 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
 //! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`,
-//! `readyConditions`, `watchReadResources`, `validate`, `validateFailurePolicy`, `validateTimeout`): read,
+//! `readyConditions`, `watchReadResources`, `validate`, `validateFailurePolicy`, `validateTimeout`,
+//! `permissions`): read,
 //! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 14] = [
+pub(super) const KEYS: [&str; 15] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -30,6 +31,7 @@ pub(super) const KEYS: [&str; 14] = [
     "validate",
     "validateFailurePolicy",
     "validateTimeout",
+    "permissions",
 ];
 
 /// `validateTimeout` when absent.
@@ -74,6 +76,7 @@ pub(super) fn read(
     let run_timeout = run_timeout(fields, at)?;
     let ready_conditions = fields.boolean("readyConditions").map_err(|e| e.at(at))?;
     let watch_read_resources = fields.boolean("watchReadResources").map_err(|e| e.at(at))?.unwrap_or(false);
+    let permissions = super::permissions::read(fields, at)?;
     Ok(Extensions {
         inventory,
         ssh_key_secret,
@@ -87,6 +90,7 @@ pub(super) fn read(
         run_timeout,
         ready_conditions,
         watch_read_resources,
+        permissions,
     })
 }
 

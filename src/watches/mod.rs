@@ -18,6 +18,7 @@ mod load;
 mod namespaces;
 mod overrides;
 mod paths;
+pub mod permissions;
 pub(crate) mod selector;
 #[cfg(test)]
 mod test_support;

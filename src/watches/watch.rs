@@ -71,6 +71,9 @@ pub struct Extensions {
     /// `watchReadResources`: a CR re-runs when an object its last run read through the proxy (and
     /// does not own) changes. Off by default, as upstream's contract has it.
     pub watch_read_resources: bool,
+    /// `permissions`: the rules this kind's runs act with, enforced by the proxy; `None`: the
+    /// operator's whole identity, as upstream's.
+    pub permissions: Option<Vec<super::permissions::Rule>>,
 }
 
 impl Extensions {
