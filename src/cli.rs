@@ -316,6 +316,14 @@ pub struct RunArgs {
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub ready_conditions: bool,
 
+    /// The proxy impersonates a ServiceAccount per kind (`run-<kind>.<group>` in the operator's
+    /// namespace) for its runs' requests, so that the API server's own RBAC holds each kind to its
+    /// grant and its audit log names the kind. The operator then needs `impersonate` on those
+    /// accounts (`ansible-operator rbac --kind-identities` writes it).
+    #[arg(long, env = "ANSIBLE_OPERATOR_KIND_IDENTITIES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub kind_identities: bool,
+
     /// Keep in each run record the CR as its run saw it (`spec.input`), so that `replay --run` and
     /// the API's run inputs can rebuild that run. Off by default: a CR's spec may hold values
     /// (a password a `no_log` task uses) that must not reach whoever may read run records.

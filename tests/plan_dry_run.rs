@@ -188,12 +188,13 @@ async fn a_plans_writes_through_the_proxy_change_nothing_and_what_cannot_be_rebu
     tokio::spawn(Arc::clone(&proxy).serve(listener, shutdown.clone()));
     let owner = Owner {
         gvk: Gvk::new(GROUP, "v1alpha1", KIND),
+        plural: "things".into(),
         name: "thing".into(),
         uid: "plan-dry-run".into(),
         namespace: Some(ns.clone()),
         shard_label: None,
     };
-    let issued = proxy.credentials().issue(Grant::plan(owner)).expect("issue a plan's credential");
+    let issued = proxy.credentials().issue(Grant::plan(owner, Arc::default())).expect("issue a plan's credential");
 
     let text =
         std::fs::read_to_string(support::repo().join("tests/fixtures/corpora/plan_writes.json")).unwrap();

@@ -29,8 +29,8 @@ pub use review::{Request, Verdict};
 
 /// Runs the validations of the watched kinds that have one.
 pub struct Validator {
-    /// The composers of the kinds with `validate`.
-    kinds: Vec<Arc<Composer>>,
+    /// The composers of the kinds with `validate`, with their resource (plural).
+    kinds: Vec<(Arc<Composer>, String)>,
     /// The door runs go through: a validation takes a permit of its lane there.
     door: Arc<Door>,
     /// Where validation runs' directories are made (`<runner dir>/.admission/<ident>`).
@@ -46,20 +46,20 @@ impl std::fmt::Debug for Validator {
 }
 
 impl Validator {
-    /// A validator for the kinds among `kinds` whose watch has `validate`.
+    /// A validator for the kinds among `kinds` (with their plural) whose watch has `validate`.
     pub fn new(
-        kinds: impl IntoIterator<Item = Arc<Composer>>,
+        kinds: impl IntoIterator<Item = (Arc<Composer>, String)>,
         door: Arc<Door>,
         runner_dir: PathBuf,
         proxy: Arc<Proxy>,
     ) -> Self {
-        let kinds = kinds.into_iter().filter(|c| c.watch.extensions.validate.is_some()).collect();
+        let kinds = kinds.into_iter().filter(|(c, _)| c.watch.extensions.validate.is_some()).collect();
         Validator { kinds, door, root: runner_dir.join(".admission"), proxy }
     }
 
     /// The composer of a kind this validator serves.
-    fn kind(&self, gvk: &Gvk) -> Option<&Arc<Composer>> {
-        self.kinds.iter().find(|c| &c.watch.gvk == gvk)
+    fn kind(&self, gvk: &Gvk) -> Option<&(Arc<Composer>, String)> {
+        self.kinds.iter().find(|(c, _)| &c.watch.gvk == gvk)
     }
 
     /// Answers one AdmissionReview body for `gvk`: an answer always, denying on any error of ours.
@@ -67,7 +67,7 @@ impl Validator {
     /// validation lane: whoever reaches the port may send one.
     pub async fn review(&self, gvk: &Gvk, body: &[u8]) -> Value {
         let deny = |message: String| review::answer(&review::uid_of(body), &Verdict::Denied(message));
-        let Some(composer) = self.kind(gvk) else {
+        let Some((composer, plural)) = self.kind(gvk) else {
             return deny(format!("the operator has no validate playbook for {gvk}"));
         };
         // A review may wait for a slot half of the time the API server waits for its answer.
@@ -87,7 +87,7 @@ impl Validator {
             }
         };
         let started = std::time::Instant::now();
-        let verdict = self.validate(composer, &request, &permit).await;
+        let verdict = self.validate(composer, plural, &request, &permit).await;
         let allowed = verdict == Verdict::Allowed;
         tracing::info!(
             kind = %gvk, operation = %request.operation, allowed,
@@ -96,7 +96,13 @@ impl Validator {
         review::answer(&request.uid, &verdict)
     }
 
-    async fn validate(&self, composer: &Composer, request: &Request, permit: &Permit) -> Verdict {
+    async fn validate(
+        &self,
+        composer: &Composer,
+        plural: &str,
+        request: &Request,
+        permit: &Permit,
+    ) -> Verdict {
         let watch = &composer.watch;
         let gvk = &watch.gvk;
         let Some(validate) = &watch.extensions.validate else {
@@ -126,6 +132,7 @@ impl Validator {
         let dir = spec.dir.clone();
         let owner = Owner {
             gvk: gvk.clone(),
+            plural: plural.to_string(),
             name: object.name_any(),
             uid: object.uid().unwrap_or_default(),
             namespace: object.namespace(),

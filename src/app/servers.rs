@@ -94,7 +94,7 @@ pub(super) async fn serve_api(
             .context("the API's TLS certificate")?;
     let validator = (!validated.is_empty()).then(|| {
         Arc::new(Validator::new(
-            kinds.iter().map(|kind| kind.composer.clone()),
+            kinds.iter().map(|kind| (kind.composer.clone(), kind.resource.plural.clone())),
             wired.settings.door.clone(),
             args.runner_dir.clone(),
             proxy.clone(),

@@ -18,8 +18,10 @@ use crate::leader;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
+use crate::proxy::rights::Rights;
 use crate::reconcile::{Pacer, Settings};
 use crate::recorder::{Recorder, Reporter};
+use crate::run::Kinds;
 use crate::run::{Door, Limits};
 use crate::runner::{self, Inventory};
 use crate::sharding::{self, Membership};
@@ -90,7 +92,9 @@ pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)>
     let metrics = Metrics::with_cr_metrics(VERSION, COMMIT, args.cr_metrics);
     let launcher = launcher(args, &loaded.watches, toolchain, &playbook_env, &metrics);
     let ledger = Arc::new(Ledger::default());
-    let history = Arc::new(History::new(client.clone(), &namespaces, records_home(&env, &namespaces)).await);
+    let home = records_home(&env, &namespaces);
+    let rights = rights(args, &loaded.watches, &home);
+    let history = Arc::new(History::new(client.clone(), &namespaces, home).await);
     let instance = env.var("POD_NAME").or(env.var("HOSTNAME")).map(str::to_string);
     let reporter = Reporter { component: crate::kubeapi::FIELD_MANAGER.into(), instance: instance.clone() };
     let events = Arc::new(Recorder::new(client.clone(), reporter));
@@ -106,7 +110,7 @@ pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)>
             Campaign::Leader(_) | Campaign::None => None,
         },
     };
-    let settings = Arc::new(settings(args, &env, shared));
+    let settings = Arc::new(settings(args, &env, shared, rights));
     let wiring = Wiring {
         client,
         proxy_client,
@@ -222,6 +226,33 @@ fn load_watches(args: &RunArgs, env: &Environment) -> anyhow::Result<watches::Lo
         );
     }
     Ok(loaded)
+}
+
+/// What each kind's runs act with: its `permissions`, and with `--kind-identities` its own
+/// ServiceAccount in the operator's namespace `home`. A kind without `permissions` is said once.
+fn rights(args: &RunArgs, watches: &[Watch], home: &str) -> Kinds {
+    let file = args.shape.watches_file.display();
+    watches
+        .iter()
+        .map(|watch| {
+            let identity = args.kind_identities.then(|| {
+                let account = watches::permissions::kind_account(&watch.gvk);
+                format!("system:serviceaccount:{home}:{account}")
+            });
+            match &watch.extensions.permissions {
+                Some(rules) => tracing::info!(
+                    target: TARGET, %file, gvk = %watch.gvk, rules = rules.len(), identity = identity.as_deref(),
+                    "this kind's runs may do only what its permissions declare"
+                ),
+                None => tracing::info!(
+                    target: TARGET, %file, gvk = %watch.gvk, identity = identity.as_deref(),
+                    "this kind has no permissions: its runs act with all of the operator's rights, as upstream's"
+                ),
+            }
+            let rights = Rights { rules: watch.extensions.permissions.clone(), identity };
+            (watch.gvk.clone(), Arc::new(rights))
+        })
+        .collect()
 }
 
 /// `WATCH_NAMESPACE` as a list, logged.
@@ -360,7 +391,7 @@ struct Shared {
 }
 
 /// Process-wide reconcile settings from the flags and the environment (upstream §2.2).
-fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
+fn settings(args: &RunArgs, env: &Environment, shared: Shared, rights: Kinds) -> Settings {
     let var = |name: &str| env.var(name).filter(|v| !v.is_empty());
     Settings {
         reconcile_period: args.reconcile_period,
@@ -381,6 +412,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared) -> Settings {
                 plans: args.max_concurrent_plans,
                 validations: args.max_concurrent_validations,
             },
+            rights,
         )),
         runner_dir: args.runner_dir.clone(),
         ansible_args: args.shape.ansible_args.clone(),

@@ -6,6 +6,7 @@ use std::io::Read as _;
 use std::sync::{Arc, Mutex};
 
 use super::owner::Owner;
+use super::rights::Rights;
 use crate::history::{Read, Touched};
 use crate::mask::Secrets;
 use crate::watches::Gvk;
@@ -29,6 +30,8 @@ pub struct Grant {
     pub reads: Mutex<Vec<Read>>,
     /// A plan's run: every write is a server-side dry run, and nothing is linked or watched.
     pub plan_only: bool,
+    /// What the run's kind may ask for, and as whom.
+    pub rights: Arc<Rights>,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
@@ -39,8 +42,8 @@ pub const MAX_READS: usize = 200;
 
 impl Grant {
     /// The grant of a run that must not change anything (a plan, a validation): every write is a
-    /// server-side dry run, and nothing is linked, watched or recorded.
-    pub fn plan(owner: Owner) -> Grant {
+    /// server-side dry run, and nothing is linked, watched or recorded; within its kind's `rights`.
+    pub fn plan(owner: Owner, rights: Arc<Rights>) -> Grant {
         Grant {
             owner,
             watch_dependents: false,
@@ -50,6 +53,7 @@ impl Grant {
             secrets: Arc::default(),
             reads: Mutex::default(),
             plan_only: true,
+            rights,
         }
     }
 
@@ -154,6 +158,7 @@ mod tests {
         Grant {
             owner: Owner {
                 gvk: Gvk::new("g", "v1", "K"),
+                plural: "ks".into(),
                 name: "n".into(),
                 uid: "u".into(),
                 namespace: None,
@@ -166,6 +171,7 @@ mod tests {
             secrets: Arc::default(),
             reads: Mutex::default(),
             plan_only: false,
+            rights: Arc::default(),
         }
     }
 

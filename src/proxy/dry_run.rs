@@ -346,7 +346,7 @@ fn canonical_path(segments: &[String], trailing_slash: bool) -> String {
 }
 
 /// Go's `unescape`: `%XX` decoded (anything else after `%` is an error), `+` a space in a query.
-fn unescape(raw: &str, plus_is_space: bool) -> Option<Vec<u8>> {
+pub(super) fn unescape(raw: &str, plus_is_space: bool) -> Option<Vec<u8>> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

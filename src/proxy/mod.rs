@@ -16,6 +16,7 @@ pub mod read_index;
 pub mod read_watches;
 pub mod reads;
 pub mod request_info;
+pub mod rights;
 pub mod secrets;
 pub mod wire;
 
@@ -175,6 +176,19 @@ impl Proxy {
         mut request: Request<Incoming>,
         grant: &Grant,
     ) -> Result<Response<Body>, ProxyError> {
+        let uri = request.uri();
+        if let Err(denied) = grant.rights.check(request.method(), uri.path(), uri.query(), &grant.owner) {
+            tracing::warn!(
+                kind = %grant.owner.gvk,
+                namespace = grant.owner.namespace.as_deref().unwrap_or_default(),
+                name = %grant.owner.name,
+                method = %request.method(),
+                path = uri.path(),
+                denied = %denied,
+                "refused a run's request: its watch's permissions do not allow it"
+            );
+            return Ok(status(StatusCode::FORBIDDEN, "Forbidden", &denied.to_string()));
+        }
         let carries_secrets = secrets::carries_secrets(request.uri().path());
         if carries_secrets {
             secrets::ask_for_json(request.headers_mut());
@@ -208,26 +222,26 @@ impl Proxy {
             classify(request.method(), request.headers(), request.uri(), self.children.linked())
         };
         match handling {
-            Handling::Upgrade => self.forward_upgrade(request).await,
+            Handling::Upgrade => self.forward_upgrade(request, grant).await,
             Handling::Refuse => {
                 let message = "a plan's run may not send this request: an upgrade (exec, attach, port-forward) \
                                reaches a running container, which a dry run cannot hold back";
                 tracing::warn!(path = request.uri().path(), "refused a plan's upgrade");
                 Ok(status(StatusCode::FORBIDDEN, "Forbidden", message))
             }
-            Handling::Rebuild => self.rebuilt(request).await,
+            Handling::Rebuild => self.rebuilt(request, grant).await,
             Handling::Write { info, write, link, verb } => {
                 self.write(request, &info, write, link, verb, grant).await
             }
             Handling::ReadBack { info } => {
-                let (parts, body) = prepare(request).await?;
+                let (parts, body) = prepare(request, grant).await?;
                 let response = self.send(&parts, body).await?;
                 tracing::debug!(path = parts.uri.path(), code = response.status().as_u16(), "proxied read");
                 let response = note_read(response, &info, &parts, grant).await?;
                 self.children.read_back(response, &info, grant, parts.uri.path()).await
             }
             Handling::List { info } => {
-                let (parts, body) = prepare(request).await?;
+                let (parts, body) = prepare(request, grant).await?;
                 let response = self.send(&parts, body).await?;
                 let code = response.status();
                 tracing::debug!(path = parts.uri.path(), code = code.as_u16(), "proxied list");
@@ -239,14 +253,14 @@ impl Proxy {
                 Ok(response.map(box_body))
             }
             Handling::Record { info, verb } => {
-                let (parts, body) = prepare(request).await?;
+                let (parts, body) = prepare(request, grant).await?;
                 let response = self.send(&parts, body.clone()).await?;
                 let code = response.status().as_u16();
                 tracing::debug!(method = %parts.method, path = parts.uri.path(), code, "proxied write");
                 self.pass_write(response, &info, verb, &body, grant).await
             }
             Handling::Pass => {
-                let (parts, body) = prepare(request).await?;
+                let (parts, body) = prepare(request, grant).await?;
                 let response = self.send(&parts, body).await?;
                 let code = response.status().as_u16();
                 tracing::debug!(method = %parts.method, path = parts.uri.path(), code, "proxied");
@@ -257,8 +271,8 @@ impl Proxy {
 
     /// A plan's request sent as [`dry_run::rebuild`] rebuilds it: a write as a server-side dry run,
     /// with the path, query and options body the proxy wrote; or refused with the reason.
-    async fn rebuilt(&self, request: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
-        let (mut parts, body) = prepare(request).await?;
+    async fn rebuilt(&self, request: Request<Incoming>, grant: &Grant) -> Result<Response<Body>, ProxyError> {
+        let (mut parts, body) = prepare(request, grant).await?;
         let rebuilt =
             dry_run::rebuild(&parts.method, parts.uri.path(), parts.uri.query(), &parts.headers, &body);
         let rebuilt = match rebuilt {
@@ -304,7 +318,7 @@ impl Proxy {
         verb: &'static str,
         grant: &Grant,
     ) -> Result<Response<Body>, ProxyError> {
-        let (mut parts, body) = prepare(request).await?;
+        let (mut parts, body) = prepare(request, grant).await?;
         let (body, ownership, injected) = if link {
             let ownership = self.ownership(write, info, grant, parts.uri.path()).await;
             match ownership {
@@ -403,10 +417,15 @@ impl Proxy {
     }
 
     /// Exec, attach, port-forward: forward the upgrade, then copy bytes both ways.
-    async fn forward_upgrade(&self, mut request: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
+    async fn forward_upgrade(
+        &self,
+        mut request: Request<Incoming>,
+        grant: &Grant,
+    ) -> Result<Response<Body>, ProxyError> {
         let downstream = hyper::upgrade::on(&mut request);
         let (mut parts, _) = request.into_parts();
         strip_client_headers(&mut parts.headers);
+        act_as(&mut parts.headers, grant)?;
         parts.uri = path_and_query(&parts.uri)?;
         let upstream = Request::from_parts(parts, kube::client::Body::empty());
         let mut response = self.client.send(upstream).await.map_err(ProxyError::Upstream)?;
@@ -462,11 +481,12 @@ fn inject(
     Ok((Bytes::from(body), link))
 }
 
-/// A request as it goes on: without what must not reach the API server, with only its path and
-/// query, and its body read.
-async fn prepare(request: Request<Incoming>) -> Result<(Parts, Bytes), ProxyError> {
+/// A request as it goes on: without what must not reach the API server, as the run's kind's
+/// identity when it has one, with only its path and query, and its body read.
+async fn prepare(request: Request<Incoming>, grant: &Grant) -> Result<(Parts, Bytes), ProxyError> {
     let (mut parts, body) = request.into_parts();
     strip_client_headers(&mut parts.headers);
+    act_as(&mut parts.headers, grant)?;
     parts.uri = path_and_query(&parts.uri)?;
     let body = collect(body).await?;
     Ok((parts, body))
@@ -487,6 +507,17 @@ fn strip_client_headers(headers: &mut http::HeaderMap) {
     for name in impersonating {
         headers.remove(name);
     }
+}
+
+/// With `--kind-identities`, the run's request is sent as its kind's ServiceAccount
+/// (`Impersonate-User`; the API server adds the account's groups itself).
+fn act_as(headers: &mut http::HeaderMap, grant: &Grant) -> Result<(), ProxyError> {
+    if let Some(identity) = &grant.rights.identity {
+        let value =
+            http::HeaderValue::from_str(identity).map_err(|_| ProxyError::Identity(identity.clone()))?;
+        headers.insert(http::HeaderName::from_static("impersonate-user"), value);
+    }
+    Ok(())
 }
 
 fn bearer_token<B>(request: &Request<B>) -> Option<&str> {

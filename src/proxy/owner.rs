@@ -18,6 +18,8 @@ pub const PRIMARY_RESOURCE_TYPE: &str = "operator-sdk/primary-resource-type";
 pub struct Owner {
     /// The CR's kind.
     pub gvk: Gvk,
+    /// Its resource (plural), as the API server serves it.
+    pub plural: String,
     /// Name.
     pub name: String,
     /// UID.
@@ -212,6 +214,7 @@ mod tests {
     fn owner(namespace: Option<&str>) -> Owner {
         Owner {
             gvk: Gvk::new("cache.example.com", "v1alpha1", "Memcached"),
+            plural: "memcacheds".into(),
             name: "m".into(),
             uid: "u-1".into(),
             namespace: namespace.map(Into::into),

@@ -103,6 +103,7 @@ mod tests {
     fn owner() -> Owner {
         Owner {
             gvk: Gvk::new("app.example.com", "v1", "App"),
+            plural: "apps".into(),
             name: "app".into(),
             uid: "owner-uid".into(),
             namespace: Some("ns".into()),

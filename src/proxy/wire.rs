@@ -25,6 +25,9 @@ pub enum ProxyError {
     /// The request's path is not one the proxy can send on.
     #[error("invalid request path")]
     Path,
+    /// The kind's identity (`--kind-identities`) cannot be sent as a header.
+    #[error("the kind's identity {0:?} is not a header value")]
+    Identity(String),
     /// The proxy's own read of an object was refused.
     #[error("the API server answered {0}")]
     Read(StatusCode),

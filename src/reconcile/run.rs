@@ -96,6 +96,7 @@ async fn run_ansible(
     let watch = &ctx.watch;
     let owner = Owner {
         gvk: watch.gvk.clone(),
+        plural: ctx.resource.plural.clone(),
         name: object.name_any(),
         uid: object.uid().unwrap_or_default(),
         namespace: object.namespace().filter(|_| ctx.namespaced),

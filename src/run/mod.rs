@@ -2,10 +2,13 @@
 //! a reconcile or a plan) start Ansible here and nowhere else. The door hands out permits by lane,
 //! and a lane fixes what its runs may do: a plan's or a validation's permit issues a dry-run proxy
 //! credential whatever its caller asks, and its run gets no in-cluster environment, so the proxy is
-//! its only way to the API server. Then the kubeconfig, then the runner.
+//! its only way to the API server. Every run of a kind, in any lane, carries the kind's rights (its
+//! declared `permissions`, its identity at the API server) in its credential. Then the kubeconfig,
+//! then the runner.
 
 pub mod budget;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -15,6 +18,7 @@ use crate::history::{Read, Touched};
 use crate::proxy::Proxy;
 use crate::proxy::credentials::Grant;
 use crate::proxy::owner::Owner;
+use crate::proxy::rights::Rights;
 use crate::runner::{self, Report, RunSpec};
 use crate::watches::Gvk;
 pub use budget::{Budget, Priority};
@@ -187,17 +191,23 @@ impl Drop for Waiting {
     }
 }
 
+/// What each watched kind's runs act with.
+pub type Kinds = HashMap<Gvk, Arc<Rights>>;
+
 /// Lanes, credentials and the runner, shared by every run of the process.
 #[derive(Debug)]
 pub struct Door {
     runner: runner::Settings,
     lanes: Lanes,
+    /// Each kind's rights, given to every run of it in any lane.
+    kinds: Kinds,
 }
 
 impl Door {
-    /// A door with these lanes, starting runs with `runner`.
-    pub fn new(runner: runner::Settings, limits: Limits) -> Door {
-        Door { runner, lanes: Lanes::new(limits) }
+    /// A door with these lanes, starting runs with `runner`, each kind's runs with its `kinds`
+    /// rights.
+    pub fn new(runner: runner::Settings, limits: Limits, kinds: Kinds) -> Door {
+        Door { runner, lanes: Lanes::new(limits), kinds }
     }
 
     /// The runner's settings (its runs in flight, to end them at shutdown).
@@ -214,15 +224,17 @@ impl Door {
     pub async fn launch(&self, proxy: &Proxy, permit: &Permit, launch: Launch<'_>) -> Ran {
         let Launch { mut spec, owner, acting, live } = launch;
         let lane = permit.lane();
+        // A kind the door was not told of (none is) acts with no declared rules, as upstream's.
+        let rights = self.kinds.get(&owner.gvk).cloned().unwrap_or_default();
         let grant = match lane {
             Lane::Reconcile => Grant {
                 watch_dependents: acting.watch_dependents,
                 watch_cluster_scoped: acting.watch_cluster_scoped,
                 blacklist: acting.blacklist,
                 plan_only: false,
-                ..Grant::plan(owner)
+                ..Grant::plan(owner, rights)
             },
-            Lane::Plan | Lane::Validation => Grant::plan(owner),
+            Lane::Plan | Lane::Validation => Grant::plan(owner, rights),
         };
         if lane.dry_run() {
             spec.env_removed =
