@@ -194,7 +194,8 @@ async fn a_plans_writes_through_the_proxy_change_nothing_and_what_cannot_be_rebu
         namespace: Some(ns.clone()),
         shard_label: None,
     };
-    let issued = proxy.credentials().issue(Grant::plan(owner, Arc::default())).expect("issue a plan's credential");
+    let issued =
+        proxy.credentials().issue(Grant::plan(owner, Arc::default())).expect("issue a plan's credential");
 
     let text =
         std::fs::read_to_string(support::repo().join("tests/fixtures/corpora/plan_writes.json")).unwrap();

@@ -25,6 +25,7 @@ mod in_cluster;
 mod injection;
 mod kubernetes_cluster;
 mod leader;
+mod least_privilege;
 mod modes;
 mod module_graph;
 mod node;
