@@ -372,9 +372,7 @@ pub fn render(proposals: &[Proposal]) -> String {
     for proposal in proposals {
         out.push_str(&format!("\n# {} {}\n", proposal.gvk.api_version(), proposal.gvk.kind));
         if proposal.records == 0 {
-            out.push_str(
-                "# no run records: nothing to propose (runs are recorded with the AnsibleRun CRD)\n",
-            );
+            out.push_str("# no run records where they were read: nothing to propose\n");
             continue;
         }
         let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
