@@ -19,6 +19,7 @@ mod executor;
 mod extra_vars;
 mod faults;
 mod finalizers;
+mod from_history;
 mod harness;
 mod history;
 mod in_cluster;
