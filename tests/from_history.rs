@@ -70,6 +70,10 @@ async fn memcached_role_runs_propose_its_writes_in_the_crs_own_namespace_and_not
     let spec = json!({"size": 1, "image": support::node::MEMCACHED_IMAGE});
     let created = support::create_cr(&api, "cache.example.com", "Memcached", "cache", spec.clone()).await;
     support::wait_for_condition(&api, "cache", "Successful", "True", WAIT).await;
+    // A spec change: its run patches the children the first one created, as every later run does.
+    let change = json!({"spec": {"memoryLimitMb": 32}});
+    api.patch("cache", &PatchParams::default(), &Patch::Merge(&change)).await.expect("change the spec");
+    support::wait_for_generation(&api, "cache", 2, WAIT).await;
 
     let uid = created.metadata.uid.clone().expect("a uid");
     let gvk = GroupVersionKind::gvk("ansible-operator.dev", "v1alpha1", "AnsibleRun");
@@ -78,12 +82,16 @@ async fn memcached_role_runs_propose_its_writes_in_the_crs_own_namespace_and_not
         &ns.name,
         &ApiResource::from_gvk_with_plural(&gvk, "ansibleruns"),
     );
-    support::wait_for("a record of the run that created the children", WAIT, || async {
+    support::wait_for("records of the runs that created and patched the children", WAIT, || async {
         let params = ListParams::default().labels(&format!("ansible-operator.dev/owner-uid={uid}"));
         let records = runs.list(&params).await.map_err(|e| e.to_string())?;
-        let wrote =
-            records.items.iter().any(|r| r.data["spec"]["objects"].as_array().is_some_and(|o| !o.is_empty()));
-        Ok(if wrote { Ok(()) } else { Err(format!("{} records, none with writes", records.items.len())) })
+        let wrote = |verb: &str| {
+            records.items.iter().any(|r| {
+                r.data["spec"]["objects"].as_array().is_some_and(|o| o.iter().any(|o| o["verb"] == verb))
+            })
+        };
+        let seen = wrote("create") && wrote("patch");
+        Ok(if seen { Ok(()) } else { Err(format!("{} records, no create and patch", records.items.len())) })
     })
     .await;
 
@@ -127,9 +135,8 @@ async fn memcached_role_runs_propose_its_writes_in_the_crs_own_namespace_and_not
         }
     }
 
-    // The same kind run by an operator whose watch carries exactly the proposed permissions. It
-    // converges whether or not the proxy enforces `permissions:` (enforcement is not in this
-    // branch); once it does, this is what shows the proposal is enough.
+    // The same kind run by an operator whose watch carries exactly the proposed permissions, which
+    // the proxy enforces: the proposal is enough for the role's runs.
     drop(operator);
     let snippet = proposal.split_once(COMMENT).expect("a Memcached snippet").1;
     let snippet = snippet.split("\n\n").next().unwrap_or_default().to_string();
