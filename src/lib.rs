@@ -28,6 +28,7 @@ pub mod plan;
 #[cfg(test)]
 mod proptest_support;
 pub mod proxy;
+pub mod rbac;
 pub mod reconcile;
 pub mod recorder;
 pub mod remote;

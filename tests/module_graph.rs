@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["admission"],
     &["reconcile"],
     &["run"],
-    &["remote", "vars", "status", "proxy", "sharding", "plan"],
+    &["remote", "vars", "status", "proxy", "sharding", "plan", "rbac"],
     &["runner", "leader"],
     &["executor", "history"],
     &["metrics", "recorder", "outcome", "watches"],
