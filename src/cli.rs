@@ -601,6 +601,22 @@ mod tests {
     }
 
     #[test]
+    fn rbac_takes_the_watched_namespaces_as_a_comma_list_and_defaults_to_the_deploy_identity() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).expect("flags parse").command {
+            Command::Rbac(rbac) => rbac,
+            _ => panic!("expected rbac"),
+        };
+        let rbac = parse(&["ansible-operator", "rbac", "--namespace=a,b", "--kind-identities"]);
+        assert_eq!(rbac.namespace, ["a", "b"]);
+        assert!(rbac.kind_identities && rbac.inject_owner_ref);
+        assert_eq!(
+            (rbac.operator_namespace.as_str(), rbac.service_account.as_str()),
+            ("ansible-operator-system", "ansible-operator")
+        );
+        assert_eq!(rbac.watches_file, std::path::PathBuf::from("./watches.yaml"));
+    }
+
+    #[test]
     fn metrics_rbac_requires_secure() {
         let argv = ["ansible-operator", "run", "--metrics-require-rbac"];
         assert!(Cli::try_parse_from(argv).is_err());
