@@ -39,7 +39,7 @@ endif
 
 .PHONY: help install install-kube install-ansible install-ansible-next install-ssh install-node install-browser cluster-up \
 	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python run bench \
-	docker-build-base docker-build docker-push deploy undeploy
+	docker-build-base docker-build docker-push deploy undeploy rbac
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ build: ## Build the operator
 	hack/cargo-target.sh
 	cargo build --bin ansible-operator
 	mkdir -p $(REPO)/.local/bin && ln -sfn $(CARGO_TARGET_DIR)/debug/ansible-operator $(REPO)/.local/bin/ansible-operator
+
+rbac: build ## Render deploy/rbac from watches.yaml's permissions (ansible-operator rbac); a test fails when they differ
+	$(CARGO_TARGET_DIR)/debug/ansible-operator rbac --watches-file=watches.yaml --crds=deploy/crds --output-dir=deploy/rbac
 
 docker-build-base: ## Build the base image BASE_IMG (what an upstream project builds FROM) with podman
 	hack/images.sh operator-base $(BASE_IMG)

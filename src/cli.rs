@@ -35,6 +35,71 @@ pub enum Command {
     Version,
     /// Ask a running operator what a CR change would do (check mode, server-side dry run).
     Plan(PlanArgs),
+    /// Render the RBAC the operator and each kind's declared `permissions` need, as kustomize files.
+    Rbac(RbacArgs),
+}
+
+/// Flags of `ansible-operator rbac`.
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// Path to the watches file (as `run`'s).
+    #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
+    pub watches_file: std::path::PathBuf,
+
+    /// Ansible roles path, for role lookup (as `run`'s).
+    #[arg(long, env = "ANSIBLE_ROLES_PATH")]
+    pub ansible_roles_path: Option<String>,
+
+    /// Ansible collections path, for role lookup (as `run`'s).
+    #[arg(long, env = "ANSIBLE_COLLECTIONS_PATH")]
+    pub ansible_collections_path: Option<String>,
+
+    /// Write the files (`kustomization.yaml` and what it lists) into this directory, replacing
+    /// those an earlier render wrote there. Default: print them to stdout as one YAML stream.
+    #[arg(long)]
+    pub output_dir: Option<std::path::PathBuf>,
+
+    /// The namespaces the operator watches (comma list): rules that hold in a CR's own namespace
+    /// become a Role in each. Default: `WATCH_NAMESPACE`; empty: a ClusterRole.
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',')]
+    pub namespace: Vec<String>,
+
+    /// The operator's namespace: its ServiceAccount, the leader-election Lease, the kind accounts.
+    #[arg(long, env = "ANSIBLE_OPERATOR_NAMESPACE", default_value = "ansible-operator-system")]
+    pub operator_namespace: String,
+
+    /// The operator's ServiceAccount; the Roles are named after it.
+    #[arg(long, env = "ANSIBLE_OPERATOR_SERVICE_ACCOUNT", default_value = "ansible-operator")]
+    pub service_account: String,
+
+    /// Bind each kind's permissions to a ServiceAccount of its own (`run-<kind>.<group>`) that
+    /// the operator may impersonate, instead of to the operator.
+    #[arg(long, env = "ANSIBLE_OPERATOR_KIND_IDENTITIES", default_value = "false", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub kind_identities: bool,
+
+    /// A directory of CRD files to take the kinds' plurals and scopes from. Without it (or for a
+    /// kind it lacks) the plural is kube's guess and the kind is taken to be namespaced.
+    #[arg(long)]
+    pub crds: Option<std::path::PathBuf>,
+
+    /// `run`'s `--webhook-configuration-name`: the one configuration the operator may patch.
+    #[arg(
+        long,
+        env = "ANSIBLE_OPERATOR_WEBHOOK_CONFIGURATION_NAME",
+        default_value = "ansible-operator-validate"
+    )]
+    pub webhook_configuration_name: String,
+
+    /// `run`'s `--run-history-limit`: 0 (and no watch's `runHistoryLimit` above 0) grants no
+    /// `ansibleruns`.
+    #[arg(long, env = "ANSIBLE_OPERATOR_RUN_HISTORY_LIMIT", default_value_t = 10)]
+    pub run_history_limit: usize,
+
+    /// `run`'s `--inject-owner-ref`: false grants no dependent watches.
+    #[arg(long, env = "ANSIBLE_OPERATOR_INJECT_OWNER_REF", default_value = "true", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub inject_owner_ref: bool,
 }
 
 /// Flags of `ansible-operator plan`.
@@ -541,6 +606,22 @@ mod tests {
         assert_eq!(run(&["--metrics-addr=:9090"]).metrics_bind_address, ":9090");
         let both = run(&["--metrics-addr=:1", "--metrics-bind-address=:2"]);
         assert_eq!(both.metrics_bind_address, ":2", "both name one variable upstream: the last wins");
+    }
+
+    #[test]
+    fn rbac_takes_the_watched_namespaces_as_a_comma_list_and_defaults_to_the_deploy_identity() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).expect("flags parse").command {
+            Command::Rbac(rbac) => rbac,
+            _ => panic!("expected rbac"),
+        };
+        let rbac = parse(&["ansible-operator", "rbac", "--namespace=a,b", "--kind-identities"]);
+        assert_eq!(rbac.namespace, ["a", "b"]);
+        assert!(rbac.kind_identities && rbac.inject_owner_ref);
+        assert_eq!(
+            (rbac.operator_namespace.as_str(), rbac.service_account.as_str()),
+            ("ansible-operator-system", "ansible-operator")
+        );
+        assert_eq!(rbac.watches_file, std::path::PathBuf::from("./watches.yaml"));
     }
 
     #[test]

@@ -77,20 +77,78 @@ fn operator_namespace() -> RealObjects {
     RealObjects::default().apply(&[deploy().join("namespace.yaml")])
 }
 
-/// The Namespace, the ServiceAccount and the RBAC, in dependency order.
+/// The files a kustomization lists, in its order.
+fn kustomization_files(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("kustomization.yaml")).expect("read kustomization.yaml");
+    let kustomization: Value = serde_saphyr::from_str(&text).expect("kustomization.yaml is YAML");
+    let resources = kustomization["resources"].as_array().expect("resources");
+    resources.iter().map(|file| dir.join(file.as_str().expect("a file name"))).collect()
+}
+
+/// The Namespace, the ServiceAccount and the RBAC of deploy/, and the admission policies, in
+/// dependency order.
 fn operator_rbac() -> RealObjects {
-    let rbac = deploy().join("rbac");
-    let files = [
-        deploy().join("namespace.yaml"),
-        rbac.join("service_account.yaml"),
-        rbac.join("role.yaml"),
-        rbac.join("role_binding.yaml"),
-        rbac.join("leader_election_role.yaml"),
-        rbac.join("leader_election_role_binding.yaml"),
-        rbac.join("token_secret_policy.yaml"),
-        rbac.join("token_secret_policy_binding.yaml"),
-    ];
+    let mut files = vec![deploy().join("namespace.yaml")];
+    files.extend(kustomization_files(&deploy().join("rbac")));
+    files.extend(kustomization_files(&deploy().join("policy")));
     RealObjects::default().apply(&files)
+}
+
+/// `ansible-operator rbac` on the sample watches (plurals from deploy/crds) into `dir`, with
+/// `args`; its stderr.
+fn render_rbac(dir: &Path, args: &[&str]) -> String {
+    let _ = std::fs::remove_dir_all(dir);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ansible-operator"))
+        .current_dir(support::repo())
+        .args(["rbac", "--watches-file=watches.yaml", "--crds=deploy/crds"])
+        .arg(format!("--output-dir={}", dir.display()))
+        .args(args)
+        .env_remove("WATCH_NAMESPACE")
+        .env_remove("ANSIBLE_OPERATOR_WATCHES_FILE")
+        .output()
+        .expect("run ansible-operator rbac");
+    assert!(output.status.success(), "ansible-operator rbac: {}", describe_output(&output));
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The RBAC `ansible-operator rbac --namespace <namespace>` renders for the sample watches, and
+/// the admission policies, applied for real: the operator's rights held in that namespace only.
+fn rbac_rendered_for(namespace: &str) -> RealObjects {
+    let dir = scratch_dir(&format!("{namespace}-rbac"));
+    render_rbac(&dir, &[&format!("--namespace={namespace}")]);
+    let mut files = vec![deploy().join("namespace.yaml")];
+    files.extend(kustomization_files(&dir));
+    files.extend(kustomization_files(&deploy().join("policy")));
+    RealObjects::default().apply(&files)
+}
+
+#[test]
+fn deploy_rbac_is_exactly_what_ansible_operator_rbac_renders_from_the_sample_watches() {
+    let dir = scratch_dir("rendered-deploy-rbac");
+    let stderr = render_rbac(&dir, &[]);
+    assert!(!stderr.contains("warning"), "every sample declares its permissions: {stderr}");
+    let names = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read the rbac dir")
+            .map(|entry| entry.expect("dir entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let shipped = deploy().join("rbac");
+    assert_eq!(
+        names(&shipped),
+        names(&dir),
+        "deploy/rbac has other files than the command writes: run `make rbac`"
+    );
+    for name in names(&dir) {
+        let rendered = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let there = std::fs::read_to_string(shipped.join(&name)).unwrap();
+        assert!(
+            rendered == there,
+            "deploy/rbac/{name} differs from what `ansible-operator rbac` renders: run `make rbac`"
+        );
+    }
 }
 
 /// `kubectl apply --dry-run=server -k <dir>`, which must succeed and name each of `objects`; its
@@ -158,6 +216,9 @@ async fn kustomization_passes_server_side_dry_run_and_meets_the_restricted_pod_s
             "deployment.apps/ansible-operator-controller-manager",
             "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
             "validatingadmissionpolicybinding.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-limits",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/ansible-operator-limits",
+            "clusterrole.rbac.authorization.k8s.io/ansible-operator-run-kubernetescluster.platform.example.com",
         ],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -319,15 +380,12 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
     for verb in k8s_module_verbs {
         allowed.push((verb, "leases.coordination.k8s.io", Some(OPERATOR_NAMESPACE)));
     }
-    for verb in ["get", "list", "watch", "create", "patch", "delete"] {
+    for verb in ["get", "list", "create", "patch", "delete"] {
         allowed.push((verb, "ansibleruns.ansible-operator.dev", Some("some-app")));
     }
     allowed.push(("patch", "ansibleruns.ansible-operator.dev/status", Some("some-app")));
     allowed.push(("create", "tokenreviews.authentication.k8s.io", None));
     allowed.push(("create", "subjectaccessreviews.authorization.k8s.io", None));
-    for verb in ["get", "create", "patch"] {
-        allowed.push((verb, "validatingwebhookconfigurations.admissionregistration.k8s.io", None));
-    }
 
     let denied = [
         ("create", "memcacheds.cache.example.com", Some("default")),
@@ -348,6 +406,10 @@ async fn operator_service_account_may_do_exactly_what_the_samples_need() {
         ("update", "ansibleruns.ansible-operator.dev", Some("some-app")),
         ("get", "tokenreviews.authentication.k8s.io", None),
         ("delete", "validatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        // No sample validates: no webhook configuration at all.
+        ("get", "validatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        ("create", "validatingwebhookconfigurations.admissionregistration.k8s.io", None),
+        ("watch", "ansibleruns.ansible-operator.dev", Some("some-app")),
         ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io", None),
     ];
 
@@ -463,15 +525,17 @@ async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_oper
         &[
             "role.rbac.authorization.k8s.io/ansible-operator-manager",
             "rolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
-            "clusterrole.rbac.authorization.k8s.io/ansible-operator-reviews",
-            "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-reviews",
+            "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager-cluster",
+            "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager-cluster",
+            "role.rbac.authorization.k8s.io/ansible-operator-run-memcached.cache.example.com",
             "validatingadmissionpolicy.admissionregistration.k8s.io/ansible-operator-no-service-account-tokens",
         ],
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     for object in [
-        "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager",
-        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager",
+        "clusterrole.rbac.authorization.k8s.io/ansible-operator-manager ",
+        "clusterrolebinding.rbac.authorization.k8s.io/ansible-operator-manager ",
+        "clusterrole.rbac.authorization.k8s.io/ansible-operator-run-memcached.cache.example.com ",
     ] {
         assert!(!stdout.contains(object), "{object} is still there: {}", describe_output(&output));
     }
@@ -483,7 +547,7 @@ async fn the_namespaced_component_turns_the_cluster_role_into_a_role_of_the_oper
         .find(|d| d.contains("kind: Role\n") && d.contains("name: ansible-operator-manager\n"))
         .expect("the manager Role");
     assert!(manager_role.contains(&format!("namespace: {OPERATOR_NAMESPACE}")), "{manager_role}");
-    assert!(manager_role.contains("- secrets"), "the same rules: {manager_role}");
+    assert!(manager_role.contains("- memcacheds"), "the same rules: {manager_role}");
     let deployment = docs.iter().find(|d| d.contains("kind: Deployment")).expect("the Deployment");
     let watch = deployment.split("- name: WATCH_NAMESPACE").nth(1).expect("WATCH_NAMESPACE is set");
     assert!(
@@ -573,11 +637,14 @@ impl Drop for AfterOperator {
 }
 
 #[tokio::test]
-async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissions() {
+async fn samples_reconcile_and_finalize_as_the_service_account_with_only_the_rbac_rendered_for_their_namespace()
+ {
     let _turn = CLUSTER_OBJECTS.lock().await;
-    let _rbac = operator_rbac();
     let Test { client, ns, api: memcacheds } =
         Test::setup("deploy-rbac").sample("cache.example.com", "Memcached").build().await;
+    // The rules `ansible-operator rbac --namespace <ns>` renders, and the admission policies: the
+    // memcached Deployment the operator writes as the ServiceAccount passes them.
+    let _rbac = rbac_rendered_for(&ns.name);
     support::node::require_ready_node(&client).await;
 
     let dir = scratch_dir(&format!("{}-identity", ns.name));
@@ -615,6 +682,90 @@ async fn samples_reconcile_and_finalize_with_only_the_service_accounts_permissio
     assert!(!Path::new(&snapshot).exists(), "the finalizer removed {snapshot}");
     let log = operator.log();
     assert!(!log.to_lowercase().contains("forbidden"), "the operator hit a permission error:\n{log}");
+}
+
+/// A Deployment manifest (one `busybox` container) with `pod_spec` merged into its Pod spec,
+/// written to `dir`; its path.
+fn deployment_file(dir: &Path, name: &str, namespace: &str, pod_spec: Value) -> PathBuf {
+    let mut spec =
+        json!({"containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]});
+    for (key, value) in pod_spec.as_object().expect("a mapping") {
+        spec[key] = value.clone();
+    }
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+        },
+    });
+    let file = dir.join(format!("{name}-{namespace}.json"));
+    std::fs::write(&file, deployment.to_string()).expect("write the Deployment manifest");
+    file
+}
+
+#[tokio::test]
+async fn the_rendered_rbac_keeps_the_operator_out_of_kube_system_and_the_policy_refuses_it_pods_that_reach_the_node()
+ {
+    let _turn = CLUSTER_OBJECTS.lock().await;
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "deploy-limits").await;
+    let _rbac = rbac_rendered_for(&ns.name);
+
+    // RBAC: what the samples need, in the watched namespace only.
+    let mut wrong = Vec::new();
+    for (verb, resource, namespace, expected) in [
+        ("create", "deployments.apps", Some(ns.name.as_str()), true),
+        ("create", "secrets", Some(ns.name.as_str()), true),
+        ("list", "memcacheds.cache.example.com", Some(ns.name.as_str()), true),
+        ("create", "tokenreviews.authentication.k8s.io", None, true),
+        ("create", "deployments.apps", Some("kube-system"), false),
+        ("get", "deployments.apps", Some("kube-system"), false),
+        ("get", "secrets", Some("kube-system"), false),
+        ("create", "secrets", Some("kube-system"), false),
+        ("list", "secrets", None, false),
+        ("list", "memcacheds.cache.example.com", None, false),
+        ("create", "deployments.apps", Some("default"), false),
+    ] {
+        if service_account_can(verb, resource, namespace).await != expected {
+            wrong.push(format!("{verb} {resource} in {namespace:?}: expected allowed={expected}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // The policy: a Deployment RBAC allows is refused when its Pods would reach the node or run as
+    // another ServiceAccount (the policy takes a moment to load); an ordinary one is not.
+    let dir = scratch_dir(&format!("{}-deployments", ns.name));
+    let create = |file: &Path| as_service_account(&["create", "-f", file.to_str().unwrap()]);
+    let host_path = deployment_file(
+        &dir,
+        "host-path",
+        &ns.name,
+        json!({"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+    );
+    let refused = support::wait_for("the policy to refuse a hostPath Deployment", WAIT, || async {
+        Ok(match create(&host_path) {
+            Err(error) if error.contains("ansible-operator-limits") => Ok(error),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await;
+    assert!(refused.contains("hostPath"), "{refused}");
+    let privileged = json!({"containers": [{"name": "main", "image": "busybox", "securityContext": {"privileged": true}}]});
+    for (name, pod_spec, says) in [
+        ("host-network", json!({"hostNetwork": true}), "network"),
+        ("host-pid", json!({"hostPID": true}), "PID"),
+        ("privileged", privileged, "privileged"),
+        ("other-account", json!({"serviceAccountName": "admin"}), "ServiceAccount"),
+    ] {
+        let error = create(&deployment_file(&dir, name, &ns.name, pod_spec)).expect_err(name);
+        assert!(error.contains("ansible-operator-limits") && error.contains(says), "{name}: {error}");
+    }
+    let ordinary = deployment_file(&dir, "ordinary", &ns.name, json!({"serviceAccountName": "default"}));
+    create(&ordinary).expect("an ordinary Deployment in the watched namespace is allowed");
+    // Only the operator's identities: the admin may still create the hostPath Deployment.
+    kubectl_ok(["create", "--dry-run=server", "-f", host_path.to_str().unwrap()]);
 }
 
 /// A project's config/ as `operator-sdk init --plugins=ansible` lays it out (the parts the history

@@ -4,6 +4,7 @@
 
 mod lifecycle;
 mod plan;
+mod rbac;
 mod replay;
 mod servers;
 mod version;
@@ -26,6 +27,7 @@ pub fn main(cli: Cli) -> ExitCode {
         }
         Command::Replay(args) => replay::main(*args),
         Command::Plan(args) => plan::main(&args),
+        Command::Rbac(args) => rbac::main(&args),
         Command::Run(args) => {
             crate::logging::init(&args.log);
             let runtime = match tokio::runtime::Runtime::new() {

@@ -151,7 +151,7 @@ async fn apply_webhooks(client: &kube::Client, config: &serde_json::Value, name:
             target: TARGET,
             name,
             error = %crate::logging::error_chain(&error),
-            "could not apply the ValidatingWebhookConfiguration (the operator needs get, create and patch on admissionregistration.k8s.io validatingwebhookconfigurations): validate playbooks are not called"
+            "could not apply the ValidatingWebhookConfiguration (the operator needs get and patch on it, and create unless it exists: `ansible-operator rbac` renders both): validate playbooks are not called"
         ),
     }
 }

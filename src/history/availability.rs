@@ -27,7 +27,7 @@ pub const INSTALL: &str = "add the deploy/history kustomize component of ansible
 
 /// What the history needs on `ansibleruns` (subresource, verb): list and read records, write them
 /// with server-side apply (create and patch), prune (delete), confirm (patch status).
-const NEEDED: [(&str, &str); 6] =
+pub const NEEDED: [(&str, &str); 6] =
     [("", "get"), ("", "list"), ("", "create"), ("", "patch"), ("", "delete"), ("status", "patch")];
 
 /// One right the operator lacks.
