@@ -83,6 +83,13 @@ pub struct RbacArgs {
     #[arg(long)]
     pub crds: Option<std::path::PathBuf>,
 
+    /// Instead of rendering RBAC, propose each kind's `permissions:` from the requests its runs
+    /// made, as kept in their run records (`AnsibleRun`) in the `--namespace` namespaces (all when
+    /// none) and the operator's; printed as YAML to paste under each watch. Uses the current
+    /// kubeconfig.
+    #[arg(long)]
+    pub from_history: bool,
+
     /// `run`'s `--webhook-configuration-name`: the one configuration the operator may patch.
     #[arg(
         long,

@@ -131,7 +131,11 @@ async fn with_kind_identities_the_api_server_sees_the_kinds_own_account_and_refu
         let api = Api::<SubjectAccessReview>::all(client.clone());
         async move { api.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed }
     };
-    assert!(may(&ns.name).await);
+    // The API server's authorizer learns of a new binding from its own watch, a moment later.
+    support::wait_for("the account's binding to take effect", WAIT, || async {
+        Ok(if may(&ns.name).await { Ok(()) } else { Err("not allowed yet".to_string()) })
+    })
+    .await;
     assert!(!may(&other.name).await);
 
     // No permissions key: the proxy lets the requests through, the API server decides as the kind.

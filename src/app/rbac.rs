@@ -1,5 +1,6 @@
 //! `ansible-operator rbac`: loads the watches as `run` does, renders their RBAC and prints it or
-//! writes it as kustomize files; warnings (a watch without `permissions`) go to stderr.
+//! writes it as kustomize files; warnings (a watch without `permissions`) go to stderr. With
+//! `--from-history`, prints the `permissions:` each kind's recorded runs call for instead.
 
 use std::process::ExitCode;
 
@@ -26,6 +27,20 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<()> {
     let file = args.watches_file.display().to_string();
     for warning in &loaded.warnings {
         eprintln!("warning: {file}: {warning}");
+    }
+    if args.from_history {
+        let mut namespaces = watches::watch_namespaces(Some(&args.namespace.join(",")));
+        if !namespaces.is_empty() && !namespaces.contains(&args.operator_namespace) {
+            // The records of cluster-scoped CRs are kept in the operator's namespace.
+            namespaces.push(args.operator_namespace.clone());
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let proposal = runtime.block_on(async {
+            let client = kube::Client::try_default().await?;
+            anyhow::Ok(rbac::from_history::propose(&client, &loaded.watches, &namespaces).await?)
+        })?;
+        print!("{proposal}");
+        return Ok(());
     }
     let kinds = match &args.crds {
         Some(dir) => rbac::crds::read(dir)?,

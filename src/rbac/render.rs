@@ -202,10 +202,13 @@ pub fn render(watches: &[Watch], kinds: &Kinds, settings: &Settings) -> Rendered
         .collect();
     for kind in &kinds {
         if kind.watch.extensions.permissions.is_none() {
-            warnings.push(format!(
-                "{}: {} declares no permissions: no rules are rendered for its runs, which act with whatever the operator holds",
-                settings.watches_file, kind.name
-            ));
+            let what = if settings.kind_identities {
+                "its account gets only its own CR, so its runs can do nothing else"
+            } else {
+                "no rules are rendered for its runs, which act with whatever the operator holds"
+            };
+            warnings
+                .push(format!("{}: {} declares no permissions: {what}", settings.watches_file, kind.name));
         }
     }
 
@@ -220,11 +223,9 @@ pub fn render(watches: &[Watch], kinds: &Kinds, settings: &Settings) -> Rendered
     let (role, binding) = leader_election(settings, &operator);
     files.push(File { name: "leader_election_role.yaml".into(), documents: vec![role] });
     files.push(File { name: "leader_election_role_binding.yaml".into(), documents: vec![binding] });
-    let accounts: Vec<String> = kinds
-        .iter()
-        .filter(|kind| kind.watch.extensions.permissions.is_some())
-        .map(|kind| kind_account(&kind.watch.gvk))
-        .collect();
+    // With kind identities every kind's runs act as its account (the proxy impersonates it for
+    // each kind), with nothing beyond its own CR when it declares nothing.
+    let accounts: Vec<String> = kinds.iter().map(|kind| kind_account(&kind.watch.gvk)).collect();
     if settings.kind_identities && !accounts.is_empty() {
         files.push(impersonation(settings, &operator, &accounts));
     }
@@ -232,7 +233,11 @@ pub fn render(watches: &[Watch], kinds: &Kinds, settings: &Settings) -> Rendered
         files.push(webhook_configuration(settings));
     }
     for kind in &kinds {
-        let Some(rules) = &kind.watch.extensions.permissions else { continue };
+        let rules = match &kind.watch.extensions.permissions {
+            Some(rules) => rules.as_slice(),
+            None if settings.kind_identities => &[],
+            None => continue,
+        };
         let account = kind_account(&kind.watch.gvk);
         let subject = if settings.kind_identities {
             service_account_subject(&account, &settings.operator_namespace)
@@ -545,7 +550,7 @@ fn service_accounts(kinds: &[Kind], settings: &Settings) -> File {
         reasons: Vec::new(),
     }];
     if settings.kind_identities {
-        for kind in kinds.iter().filter(|kind| kind.watch.extensions.permissions.is_some()) {
+        for kind in kinds {
             let account = ServiceAccount {
                 metadata: meta(&kind_account(&kind.watch.gvk), namespace, false),
                 // Impersonated by the operator only, never mounted into a Pod.
@@ -826,10 +831,11 @@ mod tests {
             );
         }
         let all = roles(&rendered);
+        let bare = kind_account(&Gvk::new("apps.example.com", "v1", "Bare"));
         let impersonate = find(&all, "Role", "ansible-operator-kind-identities", "op");
         assert_eq!(
             impersonate,
-            &json!([{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [account], "verbs": ["impersonate"]}])
+            &json!([{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [account, bare], "verbs": ["impersonate"]}])
         );
         // The account may work on its own CR, as the proxy lets a run.
         let own = find(&all, "ClusterRole", &format!("ansible-operator-{account}"), "");
@@ -841,9 +847,18 @@ mod tests {
         let names: Vec<&Value> = accounts.documents.iter().map(|d| &d.object["metadata"]["name"]).collect();
         assert_eq!(
             names,
-            [&json!("ansible-operator"), &json!(account)],
-            "no account for a kind without permissions"
+            [&json!("ansible-operator"), &json!(account), &json!(bare)],
+            "a kind without permissions has an account too: the proxy acts as it"
         );
+        let bare_own = find(&all, "ClusterRole", &format!("ansible-operator-{bare}"), "");
+        assert_eq!(
+            bare_own,
+            &json!([{"apiGroups": ["apps.example.com"], "resources": ["bares", "bares/status"], "verbs": ["get", "update", "patch"]}]),
+            "its own CR, nothing else"
+        );
+        assert!(rendered.warnings.iter().any(|w| {
+            w.contains("Bare.apps.example.com declares no permissions: its account gets only its own CR")
+        }));
     }
 
     #[test]
