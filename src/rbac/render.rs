@@ -130,6 +130,11 @@ fn policy(groups: &[&str], resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
+/// A binding's reference to the Role or ClusterRole `name`.
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: kind.into(), name: name.into() }
+}
+
 fn service_account_subject(name: &str, namespace: &str) -> Subject {
     Subject {
         kind: "ServiceAccount".into(),
@@ -476,11 +481,7 @@ fn documents(grants: &Grants, settings: &Settings) -> (Vec<Document>, Vec<Docume
                 };
                 let binding = ClusterRoleBinding {
                     metadata: meta(&name, None, watched),
-                    role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
-                        kind: "ClusterRole".into(),
-                        name: name.clone(),
-                    },
+                    role_ref: role_ref("ClusterRole", &name),
                     subjects: Some(vec![subject.clone()]),
                 };
                 let (where_, comment) = if watched {
@@ -511,11 +512,7 @@ fn documents(grants: &Grants, settings: &Settings) -> (Vec<Document>, Vec<Docume
                 let role = Role { metadata: meta(&name, Some(namespace), false), rules: Some(policy_rules) };
                 let binding = RoleBinding {
                     metadata: meta(&name, Some(namespace), false),
-                    role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
-                        kind: "Role".into(),
-                        name: name.clone(),
-                    },
+                    role_ref: role_ref("Role", &name),
                     subjects: Some(vec![subject.clone()]),
                 };
                 (
@@ -587,11 +584,7 @@ fn leader_election(settings: &Settings, operator: &Subject) -> (Document, Docume
     };
     let binding = RoleBinding {
         metadata: meta(&name, namespace, false),
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "Role".into(),
-            name: name.clone(),
-        },
+        role_ref: role_ref("Role", &name),
         subjects: Some(vec![operator.clone()]),
     };
     (
@@ -616,11 +609,7 @@ fn impersonation(settings: &Settings, operator: &Subject, accounts: &[String]) -
     let role = Role { metadata: meta(&name, namespace, false), rules: Some(vec![rule]) };
     let binding = RoleBinding {
         metadata: meta(&name, namespace, false),
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "Role".into(),
-            name: name.clone(),
-        },
+        role_ref: role_ref("Role", &name),
         subjects: Some(vec![operator.clone()]),
     };
     File {
