@@ -92,7 +92,7 @@ pub enum Reason {
         why: &'static str,
     },
     /// More query pairs than a write needs.
-    #[error("the query has {0} pairs, more than the {MAX_PAIRS} a write may have")]
+    #[error("the query has {0} pairs, more than the {MAX_PAIRS} the proxy reads")]
     TooManyPairs(usize),
     /// A body holding options the proxy cannot read, so it cannot set dry run in them.
     #[error("its {object} body {why}")]
@@ -301,11 +301,28 @@ fn json_object(headers: &HeaderMap, body: &[u8], object: &'static str) -> Result
 /// written canonically in their order, and `dryRun=All` last. A pair Go would reject is refused: the
 /// API server would drop it, so the proxy cannot know what the run meant by it.
 fn dry_run_query(raw: &str) -> Result<String, Reason> {
+    let pairs = go_query(raw)?;
+    let mut rebuilt = Vec::with_capacity(pairs.len() + 1);
+    for (key, value) in pairs {
+        // Only `dryRun` is read, but a key that differs only in case is dropped too: no reader of
+        // the request should find a second opinion on dry run in it.
+        if same_field(&key, DRY_RUN) {
+            continue;
+        }
+        rebuilt.push(format!("{}={}", escape(&key, true), escape(&value, true)));
+    }
+    rebuilt.push(format!("{DRY_RUN}=All"));
+    Ok(rebuilt.join("&"))
+}
+
+/// A query's pairs as Go's `url.ParseQuery` reads them (`+` a space, `%XX` decoded, empty pairs
+/// skipped), in order; a pair it would drop, or more than [`MAX_PAIRS`] pairs, is the reason.
+pub(super) fn go_query(raw: &str) -> Result<Vec<(String, String)>, Reason> {
     let pairs: Vec<&str> = raw.split('&').collect();
     if pairs.len() > MAX_PAIRS {
         return Err(Reason::TooManyPairs(pairs.len()));
     }
-    let mut rebuilt = Vec::with_capacity(pairs.len() + 1);
+    let mut decoded = Vec::with_capacity(pairs.len());
     for pair in pairs {
         let rejected = |why| Reason::Pair { pair: pair.to_string(), why };
         if pair.contains(';') {
@@ -320,16 +337,9 @@ fn dry_run_query(raw: &str) -> Result<String, Reason> {
                 unescape(part, true).ok_or_else(|| rejected("a \"%\" not followed by two hex digits"))?;
             String::from_utf8(bytes).map_err(|_| rejected("not UTF-8 once decoded"))
         };
-        let (key, value) = (decode(key)?, decode(value)?);
-        // Only `dryRun` is read, but a key that differs only in case is dropped too: no reader of
-        // the request should find a second opinion on dry run in it.
-        if same_field(&key, DRY_RUN) {
-            continue;
-        }
-        rebuilt.push(format!("{}={}", escape(&key, true), escape(&value, true)));
+        decoded.push((decode(key)?, decode(value)?));
     }
-    rebuilt.push(format!("{DRY_RUN}=All"));
-    Ok(rebuilt.join("&"))
+    Ok(decoded)
 }
 
 /// `/`-joined segments, each escaped but for unreserved characters.
@@ -346,7 +356,7 @@ fn canonical_path(segments: &[String], trailing_slash: bool) -> String {
 }
 
 /// Go's `unescape`: `%XX` decoded (anything else after `%` is an error), `+` a space in a query.
-pub(super) fn unescape(raw: &str, plus_is_space: bool) -> Option<Vec<u8>> {
+fn unescape(raw: &str, plus_is_space: bool) -> Option<Vec<u8>> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -10,7 +10,7 @@ use std::fmt;
 
 use http::Method;
 
-use super::dry_run::{MAX_PAIRS, unescape};
+use super::dry_run::go_query;
 use super::owner::Owner;
 use super::request_info::RequestInfo;
 use crate::watches::permissions::{Rule, Scope};
@@ -85,28 +85,10 @@ impl Attributes {
 }
 
 /// The first `watch` value of a query, read as Go's `url.ParseQuery` reads it; a pair it would
-/// drop (a `;`, a bad escape) or more than [`MAX_PAIRS`] pairs is `Err`.
+/// drop (a `;`, a bad escape) or more than `MAX_PAIRS` pairs is `Err`.
 fn watch_value(query: &str) -> Result<Option<String>, String> {
-    let pairs: Vec<&str> = query.split('&').filter(|pair| !pair.is_empty()).collect();
-    if pairs.len() > MAX_PAIRS {
-        return Err(format!("the query has {} pairs, more than {MAX_PAIRS}", pairs.len()));
-    }
-    let mut watch = None;
-    for pair in pairs {
-        let unreadable = || format!("the query's pair {pair:?} is one the API server drops");
-        if pair.contains(';') {
-            return Err(unreadable());
-        }
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let decode = |part: &str| unescape(part, true).and_then(|bytes| String::from_utf8(bytes).ok());
-        let (Some(key), Some(value)) = (decode(key), decode(value)) else {
-            return Err(unreadable());
-        };
-        if key == "watch" && watch.is_none() {
-            watch = Some(value);
-        }
-    }
-    Ok(watch)
+    let pairs = go_query(query).map_err(|reason| reason.to_string())?;
+    Ok(pairs.into_iter().find(|(key, _)| key == "watch").map(|(_, value)| value))
 }
 
 /// Why a request was refused: the request, and the rule that would allow it.
@@ -327,7 +309,7 @@ mod tests {
     #[test]
     fn what_the_api_server_could_read_otherwise_is_not_read_at_all() {
         let deployments = "/apis/apps/v1/namespaces/a/deployments";
-        let many = vec!["a=1"; MAX_PAIRS + 1].join("&");
+        let many = vec!["a=1"; crate::proxy::dry_run::MAX_PAIRS + 1].join("&");
         let unreadable = [
             ("/api/v1/namespaces/kube%2Dsystem/secrets", None),
             ("/api/v1/namespaces/a/../kube-system/secrets", None),
