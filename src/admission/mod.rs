@@ -4,9 +4,7 @@
 //! request with its message. Validation runs are not reconciles: no status, no run record, no
 //! reconcile metrics. Their proxy credential is a plan's: a playbook may read through it (to
 //! compare with other objects, say), every write is a server-side dry run, and what it reads from
-//! Secrets is masked in the message it denies with. On the warm executor a validation's tasks that
-//! never leave the controller (`assert`, `fail`, `debug`, `set_fact`) run in its playbook process,
-//! not in a fork each (`worker/ansible_operator_worker/inline_tasks.py`).
+//! Secrets is masked in the message it denies with.
 
 pub mod configuration;
 pub mod review;
@@ -124,8 +122,6 @@ impl Validator {
         spec.timeout = Some(validate.timeout);
         spec.rotate_artifacts = 1;
         spec.ansible_args = plan_args(&inputs.ansible_args);
-        // The API server waits for the answer: an assert need not wait for a fork.
-        spec.inline_tasks = true;
         let which = unsafe_strings(watch, inputs.trust_cr_templates);
         let admission = request.admission_var(|value| vars::wrap(value, which));
         spec.extra_vars.insert(review::ADMISSION_VAR.into(), admission);

@@ -17,9 +17,6 @@ pub struct Launch<'a> {
     pub env: Vec<(String, String)>,
     /// Variables of the operator's environment the run does not get.
     pub env_removed: &'a [String],
-    /// Whether the warm worker runs the tasks that never leave the controller in the playbook
-    /// process (`RunRequest::inline_tasks`); a cold run forks them all, as Ansible does.
-    pub inline_tasks: bool,
 }
 
 /// How a run's process ended.

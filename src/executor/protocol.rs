@@ -19,7 +19,8 @@ pub struct RunRequest<'a> {
     pub env: BTreeMap<String, String>,
     /// The working directory ansible-runner would be started in.
     pub cwd: String,
-    /// Tasks that never leave the controller run in the playbook process (left out when false).
+    /// Tasks that never leave the controller (`assert`, `debug`, `fail`, `set_fact`) run in the
+    /// playbook process instead of a fork each (left out when false, as the worker's tests run).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub inline_tasks: bool,
 }

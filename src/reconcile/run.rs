@@ -55,8 +55,6 @@ pub async fn run(
         if plan {
             spec.dir = plan_dir(&ctx.settings, &main_ident);
             spec.ansible_args = plan_args(&spec.ansible_args);
-            // Its caller waits for the answer, as the API server waits for a validation's.
-            spec.inline_tasks = true;
         }
         spec
     };

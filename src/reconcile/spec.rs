@@ -108,7 +108,6 @@ pub fn run_spec(
         ssh: remote.map(|r| r.ssh.clone()),
         executor: watch.extensions.executor,
         timeout: watch.extensions.run_timeout(settings.run_timeout),
-        inline_tasks: false,
         env_removed: Vec::new(),
     }
 }

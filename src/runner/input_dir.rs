@@ -42,9 +42,6 @@ pub struct RunSpec {
     pub executor: Option<crate::executor_mode::Executor>,
     /// Longest the run may take before its process tree is ended; `None`: no limit.
     pub timeout: Option<std::time::Duration>,
-    /// On the warm executor, tasks that never leave the controller (`assert`, `fail`, `debug`,
-    /// `set_fact`) run in the playbook process instead of a fork of their own (validations, plans).
-    pub inline_tasks: bool,
     /// Variables of the operator's environment the run does not get (set by the run's door).
     pub env_removed: Vec<String>,
 }
@@ -247,7 +244,6 @@ mod tests {
             ssh: None,
             executor: None,
             timeout: None,
-            inline_tasks: false,
             env_removed: Vec::new(),
         }
     }

@@ -219,7 +219,6 @@ pub async fn run(
         program: &settings.program,
         argv: spec.argv(),
         env,
-        inline_tasks: spec.inline_tasks,
         env_removed: &spec.env_removed,
     };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
