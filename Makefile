@@ -38,7 +38,7 @@ INSTALL_NODE := install-node
 endif
 
 .PHONY: help install install-kube install-ansible install-ansible-next install-ssh install-node install-browser cluster-up \
-	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python run bench \
+	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python run bench bench-upstream \
 	docker-build-base docker-build docker-push deploy undeploy rbac
 
 help: ## List the targets
@@ -148,3 +148,6 @@ run: install build ## Run the operator on watches.yaml against the local cluster
 bench: install ## Benchmark on the local control plane (bench/README.md); e.g. BENCH_ARGS="--burst 300"
 	hack/local-cluster.sh up
 	cd bench && KUBECONFIG=$(LOCAL_KUBECONFIG) CARGO_TARGET_DIR=$(REPO)/bench/target cargo run --release -- $(BENCH_ARGS)
+
+bench-upstream: install ## make bench with upstream's v1.42.3 as baseline, built from source (hack/install-upstream.sh; UPSTREAM_SRC=a clone)
+	$(MAKE) bench BENCH_ARGS="$$(hack/install-upstream.sh) $(BENCH_ARGS)"
