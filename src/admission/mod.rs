@@ -6,7 +6,7 @@
 //! compare with other objects, say), every write is a server-side dry run, and what it reads from
 //! Secrets is masked in the message it denies with. On the warm executor a validation's tasks that
 //! never leave the controller (`assert`, `fail`, `debug`, `set_fact`) run in its playbook process,
-//! not in a fork each (`worker/ansible_operator_worker/inline_tasks.py`).
+//! not in a fork each (`worker/ansible_operator_worker/speedups/inline_tasks.py`).
 
 pub mod configuration;
 pub mod review;

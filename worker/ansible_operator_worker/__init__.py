@@ -8,7 +8,7 @@ fallback says so):
     └─ run process (run.py)            what `ansible-runner run <dir> ...` would be
        └─ playbook process (playbook.py)   what `ansible-playbook ...` would be, on ansible-runner's pty
           └─ Ansible worker processes      forked by Ansible itself, as always
-             └─ module processes (modules.py)  what `python AnsiballZ_<module>.py` would be
+             └─ module processes (speedups/modules.py)  what `python AnsiballZ_<module>.py` would be
 
 Each stage puts back, after the fork, the state a freshly started interpreter would have had; what
 cannot be put back makes that stage exec the real program instead (a fallback).

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from . import kept
+from .. import kept
 
 #: Payloads the worker built, by module path: `(name, payload, files, search paths)`.
 STORE = kept.Store(max_entries=256, max_bytes=64 << 20)

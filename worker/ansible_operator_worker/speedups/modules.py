@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from . import kept, process
+from .. import kept, process
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT = re.compile(r"^AnsiballZ_[\w.]+\.py$")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ansible_state, process
+from .. import ansible_state, process
 
 
 def install() -> None:

@@ -23,7 +23,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from . import ansible_state, process
+from .. import ansible_state, process
 
 _parsed: dict[bytes, bytes] = {}
 

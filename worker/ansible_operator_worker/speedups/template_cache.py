@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from . import kept
+from .. import kept
 
 #: Whether compilations are served from the worker's store (set by `install`).
 ENABLED = False
