@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, ansible_state, inline_tasks, kept, modules, playbook_cli, process, protocol, task_forks
+from . import agent, ansible_state, kept, process, protocol
+from .speedups import inline_tasks, modules, playbook_cli, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.

@@ -3,7 +3,7 @@
 Operator → worker:
     {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "...", "inline_tasks": bool}
         with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr;
-        `inline_tasks` (false when absent) asks for `inline_tasks.py`.
+        `inline_tasks` (false when absent) asks for `speedups/inline_tasks.py`.
 Worker → operator:
     {"type": "ready", "pid": ..., "versions": {...}, "preload_seconds": ...}
     {"type": "started", "id": ..., "pid": ...}

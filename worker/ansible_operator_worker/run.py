@@ -11,7 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from . import ansible_state, playbook, process, protocol, runner_cli
+from . import ansible_state, playbook, process, protocol
+from .speedups import runner_cli
 
 #: A run request with its stdout and stderr.
 Request = tuple[protocol.RunRequest, int, int]

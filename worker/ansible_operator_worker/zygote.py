@@ -21,22 +21,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from . import (
-    ansible_state,
+from . import ansible_state, kept, playbook, process, protocol, run
+from .speedups import (
     collection_loader,
     event_files,
     jinja_misses,
-    kept,
     lazy_kubernetes,
     modules,
     parse_cache,
     payload_cache,
-    playbook,
     playbook_cli,
     plugin_settings,
-    process,
-    protocol,
-    run,
     runner_cli,
     template_cache,
 )

@@ -14,7 +14,7 @@ import textwrap
 _INSTALL = """
     import importlib, json, os, sys
     import ansible, ansible.plugins.loader, yaml
-    from ansible_operator_worker import collection_loader
+    from ansible_operator_worker.speedups import collection_loader
     if sys.argv[1] == "kept":
         collection_loader.install()
     package_dir = os.path.dirname(yaml.__file__)

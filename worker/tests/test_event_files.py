@@ -6,7 +6,7 @@ import json
 
 import ansible_runner.runner
 
-from ansible_operator_worker import event_files
+from ansible_operator_worker.speedups import event_files
 
 
 class Writes:

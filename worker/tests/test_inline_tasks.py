@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ansible_operator_worker import inline_tasks
+from ansible_operator_worker.speedups import inline_tasks
 
 PLAYBOOK = Path(__file__).parent / "playbooks" / "inline.yml"
 WORKER = Path(__file__).parent.parent
@@ -29,7 +29,7 @@ def counted():
     return fork()
 os.fork = counted
 if sys.argv[1] == "inline":
-    from ansible_operator_worker import inline_tasks
+    from ansible_operator_worker.speedups import inline_tasks
     inline_tasks.install()
 from ansible.cli.playbook import main
 sys.argv = ["ansible-playbook", *sys.argv[2:]]

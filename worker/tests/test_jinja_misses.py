@@ -22,7 +22,7 @@ _RENDER = """
     from ansible.parsing.dataloader import DataLoader
     from ansible.plugins.loader import filter_loader, init_plugin_loader, test_loader
     from ansible.template import Templar
-    from ansible_operator_worker import jinja_misses
+    from ansible_operator_worker.speedups import jinja_misses
     if sys.argv[1] == "kept":
         jinja_misses.install()
     init_plugin_loader()
@@ -68,7 +68,8 @@ def test_jinja2s_own_names_render_as_after_ansibles_search_and_a_playbooks_plugi
 def test_names_ansible_routes_are_never_taken_as_missing() -> None:
     code = """
         import json
-        from ansible_operator_worker import jinja_misses, process
+        from ansible_operator_worker import process
+        from ansible_operator_worker.speedups import jinja_misses
         from ansible.plugins.loader import init_plugin_loader
         from ansible.utils.collection_loader._collection_finder import _get_collection_metadata
         missed = process.computed_in_child(jinja_misses._missed)

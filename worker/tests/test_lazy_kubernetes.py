@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from ansible_operator_worker import lazy_kubernetes
+from ansible_operator_worker.speedups import lazy_kubernetes
 
 
 def child(code: str) -> dict:
@@ -30,7 +30,7 @@ def test_importing_the_client_imports_no_generated_class_until_one_is_used() -> 
     seen = child(
         """
         import inspect, json, sys
-        from ansible_operator_worker import lazy_kubernetes
+        from ansible_operator_worker.speedups import lazy_kubernetes
         lazy_kubernetes.install()
         import kubernetes, kubernetes.dynamic
         before = sorted(m for m in sys.modules if m.startswith(("kubernetes.client.models.", "kubernetes.client.api.")))
@@ -63,7 +63,7 @@ def test_importing_the_client_imports_no_generated_class_until_one_is_used() -> 
 
 def test_the_packages_offer_the_same_names_lazily_as_when_imported_whole() -> None:
     lazy = child(
-        "from ansible_operator_worker import lazy_kubernetes\nlazy_kubernetes.install()\n"
+        "from ansible_operator_worker.speedups import lazy_kubernetes\nlazy_kubernetes.install()\n"
         + textwrap.dedent(NAMES)
         + "print(json.dumps(names))"
     )
@@ -76,7 +76,7 @@ def test_an_unknown_name_is_an_attribute_error_and_a_star_import_gets_every_clas
     seen = child(
         """
         import json
-        from ansible_operator_worker import lazy_kubernetes
+        from ansible_operator_worker.speedups import lazy_kubernetes
         lazy_kubernetes.install()
         import kubernetes.client
         try:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_operator_worker import agent, modules, playbook
+from ansible_operator_worker import agent, playbook
+from ansible_operator_worker.speedups import modules
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_operator_worker import kept, payload_cache
+from ansible_operator_worker import kept
+from ansible_operator_worker.speedups import payload_cache
 
 NAME = "ansible.modules.ping-ZIP_DEFLATED"
 
@@ -23,7 +24,7 @@ def test_the_learner_builds_a_payload_only_for_the_module_the_worker_finds_by_th
     code = textwrap.dedent(
         f"""
         import json, sys, zipfile, io, base64
-        from ansible_operator_worker import payload_cache
+        from ansible_operator_worker.speedups import payload_cache
         import ansible.modules.ping as ping
         from ansible.release import __version__
         name = {NAME!r} if __version__.startswith("2.18") else {NAME!r} + "-none"  # 2.19 adds its extensions

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from ansible.cli.playbook import PlaybookCLI
 
-from ansible_operator_worker import playbook_cli
+from ansible_operator_worker.speedups import playbook_cli
 
 COMMAND_LINES = [
     ["ansible-playbook", "-i", "/r/inventory", "-e", "@/r/env/extravars", "/opt/playbooks/site.yml"],

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from ansible_runner import __main__ as runner_main
 
-from ansible_operator_worker import runner_cli
+from ansible_operator_worker.speedups import runner_cli
 
 
 class _Result:

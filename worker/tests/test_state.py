@@ -174,7 +174,7 @@ def test_run_requests_are_checked_and_carry_descriptors() -> None:
 
 
 def test_parsed_yaml_is_kept_by_content_and_every_caller_gets_its_own_copy() -> None:
-    from ansible_operator_worker import parse_cache
+    from ansible_operator_worker.speedups import parse_cache
 
     calls = []
 
@@ -211,7 +211,8 @@ def test_plugin_settings_from_kept_documentation_are_those_a_fresh_parse_gives()
         import json, os, sys
         import ansible.plugins.callback.minimal
         from ansible.parsing.yaml import loader as yaml_loader
-        from ansible_operator_worker import ansible_state, parse_cache
+        from ansible_operator_worker import ansible_state
+        from ansible_operator_worker.speedups import parse_cache
         if sys.argv[1] == "cached":
             parse_cache.install()
         """
@@ -243,7 +244,8 @@ _REGISTERED_SETTINGS = """
     import ansible.plugins.connection.ssh
     import ansible.plugins.callback.minimal
     from ansible.parsing.yaml import loader as yaml_loader
-    from ansible_operator_worker import ansible_state, plugin_settings
+    from ansible_operator_worker import ansible_state
+    from ansible_operator_worker.speedups import plugin_settings
     ansible_state.worker_inputs()
     if sys.argv[1] == "registered":
         plugin_settings.install()
@@ -373,7 +375,7 @@ def test_a_callback_whose_documentation_differs_from_the_workers_reads_its_own()
 def test_the_workers_unpickled_metadata_goes_to_the_first_reader_in_each_forked_process(monkeypatch) -> None:
     import pickle
 
-    from ansible_operator_worker import parse_cache
+    from ansible_operator_worker.speedups import parse_cache
 
     data = b"plugin_routing: {filter: {a: {redirect: b}}}"
     parsed = {"plugin_routing": {"filter": {"a": {"redirect": "b"}}}}
@@ -459,7 +461,8 @@ def test_payload_bytecode_the_worker_compiled_is_served_by_source_with_the_paylo
     code = textwrap.dedent(
         """
         import sys, zipfile
-        from ansible_operator_worker import kept, modules
+        from ansible_operator_worker import kept
+        from ansible_operator_worker.speedups import modules
         reports = []
         kept.report = lambda kind, meta, data: reports.append((kind, meta, data))
         modules.install_bytecode()

@@ -9,7 +9,7 @@ import pytest
 from ansible.executor.process.worker import WorkerProcess
 from ansible.plugins.loader import connection_loader, filter_loader, shell_loader, test_loader
 
-from ansible_operator_worker import task_forks
+from ansible_operator_worker.speedups import task_forks
 
 
 def _fork_seen(monkeypatch: pytest.MonkeyPatch, task_vars: dict[str, Any], connection: str) -> list[Any]:

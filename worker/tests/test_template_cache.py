@@ -12,7 +12,8 @@ import jinja2
 import pytest
 from jinja2 import pass_context
 
-from ansible_operator_worker import kept, template_cache
+from ansible_operator_worker import kept
+from ansible_operator_worker.speedups import template_cache
 
 #: Template forms a playbook uses, each rendered with VARIABLES.
 TEMPLATES = [

@@ -1,4 +1,9 @@
-"""YAML that every run parses the same way, parsed once as the worker starts: Ansible's setting definitions
+"""Patches: `ansible.utils.collection_loader._collection_finder._meta_yml_to_dict`,
+`ansible.config.manager.ConfigManager._read_config_yaml_file`, and below 2.19 the `AnsibleLoader` of
+`ansible.plugins.loader` and `ansible.utils.plugin_docs`. Knows: ansible-core 2.18 and 2.19 (plugin
+documentation is kept only below 2.19: `documentation_kept()`).
+
+YAML that every run parses the same way, parsed once as the worker starts: Ansible's setting definitions
 (`config/base.yml`, read whenever the settings are read), collections' routing metadata
 (`meta/runtime.yml`; the one of `ansible.builtin` alone is some 7,000 lines), and the documentation
 of the plugins every run loads (their `DOCUMENTATION` and its fragments: Ansible reads the
@@ -23,7 +28,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from . import ansible_state, process
+from .. import ansible_state, process
 
 _parsed: dict[bytes, bytes] = {}
 

@@ -1,4 +1,7 @@
-"""The settings of the builtin plugins every run loads, registered once by the worker (ansible-core
+"""Patches: `ansible.plugins.loader.PluginLoader._load_config_defs`. Knows: ansible-core 2.18
+(`parse_cache.documentation_kept()`; 2.19 and later: not installed).
+
+The settings of the builtin plugins every run loads, registered once by the worker (ansible-core
 2.18). The first time a process loads a configurable plugin (callback, connection, become, shell,
 inventory, vars, cache, lookup...), Ansible reads its `DOCUMENTATION`, merges the fragments it
 extends and registers the options under the plugin's type and name; every run loads some twenty

@@ -1,4 +1,7 @@
-"""What the playbook process looks up before it forks a task's process, so that each task's process
+"""Patches: `ansible.executor.process.worker.WorkerProcess.start`. Knows: ansible-core 2.18 and 2.19
+(no version check).
+
+What the playbook process looks up before it forks a task's process, so that each task's process
 inherits it instead of looking it up again.
 
 - Jinja2's filter and test plugins: the first template with a filter or test in a process lists

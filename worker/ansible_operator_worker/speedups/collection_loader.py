@@ -1,4 +1,7 @@
-"""Each run's CLI installs Ansible's collection loader (`init_plugin_loader`), and the install first
+"""Patches: `ansible.utils.collection_loader._collection_finder._AnsibleCollectionFinder._install`.
+Knows: ansible-core 2.18 and 2.19 (no version check).
+
+Each run's CLI installs Ansible's collection loader (`init_plugin_loader`), and the install first
 empties Python's whole path importer cache, so that no finder cached for a directory the loader
 claims (Ansible's package, the collection paths) outlives it. A new `ansible-playbook` has little
 in that cache by then. A run forked from the worker inherits a finder for every directory the

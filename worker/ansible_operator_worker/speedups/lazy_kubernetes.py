@@ -1,4 +1,9 @@
-"""The kubernetes client, imported by the worker without the classes no run uses. The packages
+"""Patches: the import of `kubernetes.client`, `kubernetes.client.models` and
+`kubernetes.client.api` (a finder first on `sys.meta_path`). Knows: no ansible-core code (any
+version); kubernetes 33 (the 2.18 toolchain's); kubernetes 35 and later (37 in the 2.19 toolchain)
+are lazy on their own and are left as they are.
+
+The kubernetes client, imported by the worker without the classes no run uses. The packages
 `kubernetes.client`, `kubernetes.client.models` and `kubernetes.client.api` import every generated
 model and API class in their `__init__` (some 700 modules, about 26 MiB of the worker's memory),
 while the dynamic client that kubernetes.core's modules use works on plain JSON and names a model

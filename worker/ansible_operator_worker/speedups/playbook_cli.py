@@ -1,4 +1,7 @@
-"""ansible-playbook's command-line parser, built once. `PlaybookCLI.init_parser()` builds some
+"""Patches: `ansible.cli.playbook.PlaybookCLI.init_parser`. Knows: ansible-core 2.18 and 2.19 (no
+version check; where the zygote cannot build the parser, each run builds its own).
+
+ansible-playbook's command-line parser, built once. `PlaybookCLI.init_parser()` builds some
 eighty options (about 4 ms of every run) before `parse()` parses the run's arguments. The zygote
 builds it once and keeps it; a playbook process whose settings are read as the worker read them
 parses with it. The options' defaults are settings (forks, remote user, become method, ...); a run

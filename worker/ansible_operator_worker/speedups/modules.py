@@ -1,4 +1,9 @@
-"""Module processes: where Ansible's `local` connection would start `python AnsiballZ_<module>.py`
+"""Patches: `ansible.plugins.connection.local.subprocess` (its `Popen` of a module call forks),
+and in module processes Python's `zipimport._compile_source`. Knows: ansible-core 2.18 and 2.19 (no
+version check: only the exact command line Ansible's `local` connection runs for a module is
+taken, any other goes to the real `Popen`).
+
+Module processes: where Ansible's `local` connection would start `python AnsiballZ_<module>.py`
 (with `subprocess.Popen`), a warm run forks the Ansible worker process instead and runs the same
 file with `runpy`, in a process that has Ansible's own modules unloaded (the module imports them
 from its payload, as a new interpreter would) but keeps the third-party libraries the worker
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from . import kept, process
+from .. import kept, process
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT = re.compile(r"^AnsiballZ_[\w.]+\.py$")

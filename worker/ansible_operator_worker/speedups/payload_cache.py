@@ -1,4 +1,8 @@
-"""Module payloads kept across runs. Ansible builds each module's AnsiballZ payload (the module and
+"""Patches: `ansible.executor.module_common.modify_module` (and `ansible.plugins.action.modify_module`,
+imported there by name). Knows: ansible-core 2.18 (positional arguments) and 2.19 (keywords; payload
+names with extensions), no version check.
+
+Module payloads kept across runs. Ansible builds each module's AnsiballZ payload (the module and
 every module_util it imports, found by parsing them, then zipped) once per ansible-playbook process,
 into that process's local temporary directory: a tenth of a second or more for each kubernetes.core
 module in every run.
@@ -23,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from . import kept
+from .. import kept
 
 #: Payloads the worker built, by module path: `(name, payload, files, search paths)`.
 STORE = kept.Store(max_entries=256, max_bytes=64 << 20)

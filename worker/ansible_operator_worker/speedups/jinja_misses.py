@@ -1,4 +1,7 @@
-"""Jinja2's own filters and tests (`length`, `int`, `number`, `defined`...) looked up through Ansible
+"""Patches: `ansible.plugins.loader.Jinja2Loader.get_with_context`. Knows: ansible-core 2.18 (2.19
+and later: not installed).
+
+Jinja2's own filters and tests (`length`, `int`, `number`, `defined`...) looked up through Ansible
 (ansible-core 2.18). Ansible asks its plugin loader first for every filter and test a template
 names. A name that is not one of the listed builtin or legacy plugins is then looked for as
 `ansible.builtin.<name>`: Ansible reads the routing metadata of `ansible.builtin` and loads every
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ansible_state, process
+from .. import ansible_state, process
 
 
 def install() -> None:

@@ -1,4 +1,9 @@
-"""ansible-runner's command line, built once. Its `main()` builds a parser of seven subcommands and
+"""Patches: `ansible_runner.__main__.AnsibleRunnerArgumentParser` (in a run: a stand-in of the kept
+parser; in the zygote, for a moment, its `parse_args`). Knows: no ansible-core code (any version);
+ansible-runner 2.4 (no version check; where `main()` does not build its parser as expected, each
+run builds its own).
+
+ansible-runner's command line, built once. Its `main()` builds a parser of seven subcommands and
 some three hundred options on every call (about 7 ms of every run) before it parses the run's
 argv. The zygote lets `main()` build it once, as it would, and keeps it; a run's `main()` then gets
 a stand-in whose building calls do nothing and whose parsing and exits are the kept parser's.

@@ -1,4 +1,7 @@
-"""ansible-runner writes every event of a run to its own file with `json.dump` through a `codecs`
+"""Patches: `ansible_runner.runner.json` (a copy of `json` whose `dump` writes once). Knows: no
+ansible-core code (any version); ansible-runner 2.4 (no version check).
+
+ansible-runner writes every event of a run to its own file with `json.dump` through a `codecs`
 writer. `json.dump` hands the writer each piece the encoder yields, some two hundred for an event,
 and the writer encodes and writes each one: half the time of writing the file. The run process's
 ansible-runner gets a `json` whose `dump` encodes the whole document first and writes it once: the

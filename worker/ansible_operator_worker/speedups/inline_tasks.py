@@ -1,4 +1,8 @@
-"""Tasks that never leave the controller, run in the playbook process, for the runs that ask for it
+"""Patches: `ansible.executor.process.worker.WorkerProcess.start` (and, while a task runs inline,
+`ansible.plugins.loader.lookup_loader.get`). Knows: ansible-core 2.18 (`supported()`: its
+`TaskExecutor` takes `new_stdin`; other versions: not installed, every task forks).
+
+Tasks that never leave the controller, run in the playbook process, for the runs that ask for it
 (admission validations and plans: someone waits for their answer).
 
 Ansible forks a process for every task of every host, even for a task whose action never leaves

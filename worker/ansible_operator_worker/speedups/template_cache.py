@@ -1,4 +1,8 @@
-"""Compiled Jinja2 templates kept across task forks and runs. Ansible 2.18 calls
+"""Patches: Jinja2's `Environment.compile`, `Environment.compile_expression` and
+`nodes._FilterTestCommon.as_const`. Knows: ansible-core 2.18 and 2.19 (no version check; what
+2.19's compiler reads outside the environment is read when present), Jinja2 3.1.
+
+Compiled Jinja2 templates kept across task forks and runs. Ansible 2.18 calls
 `Environment.from_string` for every templating, and Jinja2 keeps no cache for strings: each task
 fork parses the same task arguments, generates Python source from them and `compile()`s it again,
 more than half of the fork's time. The same source compiled by the same compiler settings gives the
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from . import kept
+from .. import kept
 
 #: Whether compilations are served from the worker's store (set by `install`).
 ENABLED = False

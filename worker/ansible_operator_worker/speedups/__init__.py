@@ -1,0 +1,61 @@
+"""The worker's speed-ups: each makes part of a run faster, or the worker smaller, by changing one
+piece of Ansible, ansible-runner, Jinja2 or the kubernetes client, or by keeping what that piece
+computes, while a fork still runs as a fresh `ansible-playbook` would. The rest of
+`ansible_operator_worker` is the worker's own process skeleton (zygote, run, playbook, protocol,
+process, agent, ansible_state, kept), which installs these: the zygote as it starts, a run process
+or a playbook process after its fork. Each module's docstring opens with what it patches and the
+ansible-core versions it knows; "no version check" means it is written for the toolchains'
+ansible-core 2.18 and 2.19 alike (the worker's tests run on both).
+
+Index: module: what it makes faster; what of Ansible, ansible-runner, Jinja2 or the kubernetes
+client it patches or replaces; the ansible-core versions it knows.
+
+The worker itself
+- `lazy_kubernetes`: the worker's memory (some 700 generated model and API modules imported only
+  when used, in the process that uses them); replaces the import of `kubernetes.client`,
+  `kubernetes.client.models` and `kubernetes.client.api` (a finder first on `sys.meta_path`); no
+  ansible-core code; kubernetes 33 (35 and later are lazy on their own and left as they are).
+
+The run process (ansible-runner)
+- `runner_cli`: ansible-runner's command line, built once (some 7 ms a run); replaces
+  `ansible_runner.__main__.AnsibleRunnerArgumentParser` in a run; no ansible-core code.
+- `event_files`: each job event file written at once, not in some two hundred pieces; replaces the
+  `json` of `ansible_runner.runner` (its `dump`); no ansible-core code.
+
+The playbook process (ansible-playbook)
+- `playbook_cli`: ansible-playbook's command line, built once (some 4 ms a run); patches
+  `ansible.cli.playbook.PlaybookCLI.init_parser`; 2.18 and 2.19, no version check.
+- `parse_cache`: YAML every run parses (setting definitions, collections' routing metadata, plugin
+  documentation), parsed once; patches `_collection_finder._meta_yml_to_dict`,
+  `ConfigManager._read_config_yaml_file` and below 2.19 `AnsibleLoader` (plugin loader, plugin
+  docs); 2.18 and 2.19 (documentation kept on 2.18 only).
+- `plugin_settings`: the builtin plugins' settings, registered once, not at each run's first load;
+  patches `ansible.plugins.loader.PluginLoader._load_config_defs`; 2.18 only (2.19: not installed).
+- `collection_loader`: each run's install of the collection loader, which emptied the importer
+  cache (some 6 ms in a fork); patches `_AnsibleCollectionFinder._install`; 2.18 and 2.19, no
+  version check.
+
+Tasks
+- `task_forks`: plugin listings and lookups every task's fork made again (about 3 ms a task);
+  patches `ansible.executor.process.worker.WorkerProcess.start`; 2.18 and 2.19, no version check.
+- `inline_tasks`: the fork of a task that never leaves the controller, for runs that ask
+  (validations, plans); patches `WorkerProcess.start` to run Ansible's `TaskExecutor` in place;
+  2.18 only (`supported()`; otherwise every task forks).
+- `jinja_misses`: the search for Jinja2's own filters and tests through Ansible's plugin loader
+  (some 2 ms a name in every task's fork); patches
+  `ansible.plugins.loader.Jinja2Loader.get_with_context`; 2.18 only (2.19: not installed).
+- `template_cache`: Jinja2's compilation of templates and expressions in every task's fork; patches
+  Jinja2's `Environment.compile`, `Environment.compile_expression` and
+  `nodes._FilterTestCommon.as_const`; 2.18 and 2.19, no version check.
+
+Modules
+- `modules`: a new interpreter for each module call (a fork that has the kubernetes client
+  imported), and the compilation of its payload's sources; patches the `subprocess` of
+  `ansible.plugins.connection.local` and, in module processes, `zipimport._compile_source`; 2.18
+  and 2.19, no version check (any other command line goes to the real `Popen`).
+- `payload_cache`: the AnsiballZ payload each run builds for each module (a tenth of a second or
+  more for a kubernetes.core module); patches `ansible.executor.module_common.modify_module`;
+  2.18 and 2.19, no version check.
+
+What `modules`, `payload_cache` and `template_cache` keep, the worker's learner makes (`kept`).
+"""
