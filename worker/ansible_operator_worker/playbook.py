@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import agent, ansible_state, kept, process, protocol
-from .speedups import inline_tasks, modules, playbook_cli, task_forks
+from .speedups import inline_tasks, local_tmp, modules, playbook_cli, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.
@@ -300,6 +300,7 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int, inline: bool) 
             sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
             ansible_state.fresh_process_state()
             modules.install()
+            local_tmp.install()
             task_forks.install()
             if inline:
                 inline_tasks.install()

@@ -41,6 +41,16 @@ def test_a_plain_module_call_is_recognised_with_its_environment(ansiballz: Path)
     )
 
 
+def test_a_pipelined_module_call_is_recognised_without_a_script() -> None:
+    from ansible.plugins.shell.sh import ShellModule
+
+    shell = ShellModule()
+    inner = shell.append_command(shell.build_module_command("LANG=C.UTF-8", f"#!{sys.executable}", "").strip(), "sleep 0")
+    call = modules.parse(f"/bin/sh -c {shell.quote(inner)}", sys.executable)
+    assert call == modules.ModuleCall(env={"LANG": "C.UTF-8"}, script=None, interpreter=sys.executable)
+    assert modules.parse(f"/bin/sh -c {shell.quote(inner.replace(sys.executable, '/usr/bin/python3.999'))}", sys.executable) is None
+
+
 def test_another_interpreter_or_extra_arguments_are_left_to_exec(ansiballz: Path) -> None:
     assert modules.parse(module_command("", "/usr/bin/python3.999", ansiballz), sys.executable) is None
     with_args = module_command("", sys.executable, ansiballz).replace("&& sleep 0", "jid 60 && sleep 0")

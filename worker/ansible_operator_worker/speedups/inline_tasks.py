@@ -3,7 +3,7 @@
 `TaskExecutor` takes `new_stdin`; other versions: not installed, every task forks).
 
 Tasks that never leave the controller, run in the playbook process, for the runs that ask for it
-(admission validations and plans: someone waits for their answer).
+(the operator asks for every warm run: reconciles, finalizers, plans and validations).
 
 Ansible forks a process for every task of every host, even for a task whose action never leaves
 the controller: an `assert`, a `fail`, a `debug`, a `set_fact`. On a small virtual machine that

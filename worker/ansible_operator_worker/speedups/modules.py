@@ -1,7 +1,10 @@
 """Patches: `ansible.plugins.connection.local.subprocess` (its `Popen` of a module call forks),
-and in module processes Python's `zipimport._compile_source`. Knows: ansible-core 2.18 and 2.19 (no
-version check: only the exact command line Ansible's `local` connection runs for a module is
-taken, any other goes to the real `Popen`).
+Ansible's choice to pipeline a module on the local connection
+(`ansible.plugins.action.ActionBase._is_pipelining_enabled` in 2.18,
+`ansible.plugins.connection.local.Connection.is_pipelining_enabled` in 2.19), and in module
+processes Python's `zipimport._compile_source`. Knows: ansible-core 2.18 and 2.19 (whichever of the
+two pipelining methods this Ansible has; only the exact command line Ansible's `local` connection
+runs for a module is taken, any other goes to the real `Popen`).
 
 Module processes: where Ansible's `local` connection would start `python AnsiballZ_<module>.py`
 (with `subprocess.Popen`), a warm run forks the Ansible worker process instead and runs the same
@@ -9,14 +12,26 @@ file with `runpy`, in a process that has Ansible's own modules unloaded (the mod
 from its payload, as a new interpreter would) but keeps the third-party libraries the worker
 imported once (the kubernetes client above all).
 
-Only the plain case is taken: no privilege escalation, no pipelining, no `async`, the module's
-interpreter being the worker's own. Everything else goes to the real Popen unchanged.
+Only the plain case is taken: no privilege escalation, no `async`, the module's interpreter
+being the worker's own. Everything else goes to the real Popen unchanged.
+
+A module on the local connection is pipelined, as Ansible does when `pipelining` is on: its
+AnsiballZ source goes to the interpreter's standard input instead of a file in a remote temporary
+directory. Without it, each module call runs four shell commands besides the module (`echo ~`,
+`mkdir`, `chmod u+x`, `rm -rf`), each a fork of the task's process and an exec of `/bin/sh` and its
+commands: some 40 to 60 ms a module on a two-core machine. It is taken where Ansible would run the
+same module from a file: the `local` connection, no privilege escalation (`become`), no `async`, not
+`keep_remote_files`; Ansible's own setting still pipelines anything else it would. A module run so
+gets no `_ansible_tmpdir` and makes its own temporary directory under `remote_tmp` if it needs one,
+as under pipelining. The forked module process runs the source it is given, as
+`python < AnsiballZ_<module>.py` would.
 """
 
 from __future__ import annotations
 
 import _imp
 import atexit
+import builtins
 import hashlib
 import importlib.util
 import marshal
@@ -44,8 +59,8 @@ class ModuleCall:
 
     #: `NAME=value` prefixes of the command (language, the task's `environment`).
     env: dict[str, str]
-    #: The AnsiballZ file.
-    script: str
+    #: The AnsiballZ file; None when the module's source comes on standard input (pipelining).
+    script: str | None
     #: The interpreter the command names.
     interpreter: str
 
@@ -78,12 +93,15 @@ def parse(command: str | bytes, python: str) -> ModuleCall | None:
             return None
         env[name] = value
         words = words[1:]
-    if len(words) != 2:
+    if len(words) == 1:
+        interpreter, script = words[0], None
+    elif len(words) == 2:
+        interpreter, script = words
+        if not os.path.isabs(script) or not _SCRIPT.match(os.path.basename(script)) or not os.path.isfile(script):
+            return None
+    else:
         return None
-    interpreter, script = words
     if not same_interpreter(interpreter, python):
-        return None
-    if not os.path.isabs(script) or not _SCRIPT.match(os.path.basename(script)) or not os.path.isfile(script):
         return None
     return ModuleCall(env=env, script=script, interpreter=interpreter)
 
@@ -99,11 +117,19 @@ def same_interpreter(interpreter: str, python: str) -> bool:
 
 class ForkedModule:
     """What `subprocess.Popen` gives the local connection: the module runs in a fork, its output is
-    collected by `communicate`."""
+    collected by `communicate`. A pipelined module's fork waits for `communicate`, which brings its
+    source."""
 
     def __init__(self, call: ModuleCall, cwd: str | None) -> None:
         self.returncode: int | None = None
         self.stdin = self.stdout = self.stderr = None
+        self._call, self._cwd = call, cwd
+        self._pipes: dict[int, bytearray] = {}
+        if call.script is not None:
+            self._start(None)
+
+    def _start(self, source: bytes | None) -> None:
+        call = self._call
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -112,7 +138,7 @@ class ForkedModule:
         if pid == 0:
             os.close(out_read)
             os.close(err_read)
-            _run_module(call, cwd, out_write, err_write)
+            _run_module(call, source, self._cwd, out_write, err_write)
         os.close(out_write)
         os.close(err_write)
         self.pid = pid
@@ -121,8 +147,11 @@ class ForkedModule:
 
     def communicate(self, input: bytes | None = None, timeout: float | None = None) -> tuple[bytes, bytes]:  # noqa: A002
         """Reads the module's output to the end and waits for it."""
-        if input:
-            raise ValueError("a forked module takes no input")
+        if self._call.script is None:
+            if not self._pipes:
+                self._start(input or b"")
+        elif input:
+            raise ValueError("a module run from its file takes no input")
         with selectors.DefaultSelector() as selector:
             for fd in self._pipes:
                 selector.register(fd, selectors.EVENT_READ)
@@ -139,6 +168,8 @@ class ForkedModule:
 
     def wait(self, timeout: float | None = None) -> int:
         """Waits for the module process and returns its status as Popen does (-N for signal N)."""
+        if not self._pipes:
+            self.communicate()
         if self.returncode is None:
             _, status = os.waitpid(self.pid, 0)
             self.returncode = os.waitstatus_to_exitcode(status)
@@ -146,7 +177,7 @@ class ForkedModule:
 
     def poll(self) -> int | None:
         """The status if the module process has ended."""
-        if self.returncode is None:
+        if self.returncode is None and self._pipes:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
@@ -171,14 +202,49 @@ class _Subprocess(ModuleType):
 
 
 def install() -> None:
-    """Makes Ansible's local connection fork for module calls in this process and its forks."""
+    """Makes Ansible's local connection fork for module calls, and pipeline the plain ones, in this
+    process and its forks."""
     from ansible.plugins.connection import local
 
     local.subprocess = _Subprocess(sys.executable)  # type: ignore[attr-defined]
+    _pipeline_plain_local_modules(local.Connection)
 
 
-def _run_module(call: ModuleCall, cwd: str | None, stdout: int, stderr: int) -> None:
-    """In the module process: become `python <script>` and run it; never returns."""
+def _pipeline_plain_local_modules(local_connection: type) -> None:
+    """Ansible pipelines a module on the `local` connection (exactly that class) when it would
+    otherwise run it from a file: no `become`, no `async`, not `keep_remote_files`."""
+    from ansible import constants
+    from ansible.plugins.action import ActionBase
+
+    def plain(connection: Any, wrap_async: bool) -> bool:
+        return (
+            type(connection) is local_connection
+            and not connection.become
+            and not wrap_async
+            and not constants.DEFAULT_KEEP_REMOTE_FILES
+        )
+
+    if hasattr(local_connection, "is_pipelining_enabled"):  # ansible-core 2.19: the connection decides
+        decide = local_connection.is_pipelining_enabled
+
+        def connection_pipelines(self: Any, wrap_async: bool = False) -> bool:
+            return bool(decide(self, wrap_async)) or plain(self, wrap_async)
+
+        local_connection.is_pipelining_enabled = connection_pipelines  # type: ignore[attr-defined]
+        return
+    decide_action = ActionBase._is_pipelining_enabled
+
+    def action_pipelines(self: Any, module_style: str, wrap_async: bool = False) -> bool:
+        if decide_action(self, module_style, wrap_async):
+            return True
+        return module_style == "new" and plain(self._connection, wrap_async)
+
+    ActionBase._is_pipelining_enabled = action_pipelines  # type: ignore[method-assign]
+
+
+def _run_module(call: ModuleCall, source: bytes | None, cwd: str | None, stdout: int, stderr: int) -> None:
+    """In the module process: become `python <script>` (or `python` reading `source` from its
+    standard input) and run it; never returns."""
     status = 1
     try:
         process.set_name(call.interpreter)
@@ -194,11 +260,25 @@ def _run_module(call: ModuleCall, cwd: str | None, stdout: int, stderr: int) -> 
         process.standard_streams()
         _unload_ansible()
         _cache_payload_bytecode()
-        sys.argv = [call.script]
-        sys.path[:] = [os.path.dirname(call.script), *process.BASE_SYS_PATH]
-        status = process.run_main(lambda: runpy.run_path(call.script, run_name="__main__"))
+        if call.script is None:
+            sys.argv = [""]
+            sys.path[:] = ["", *process.BASE_SYS_PATH]
+            status = process.run_main(lambda: _run_source(source or b""))
+        else:
+            sys.argv = [call.script]
+            sys.path[:] = [os.path.dirname(call.script), *process.BASE_SYS_PATH]
+            status = process.run_main(lambda: runpy.run_path(call.script, run_name="__main__"))
     finally:
         process.finish(status)
+
+
+def _run_source(source: bytes) -> None:
+    """Runs a script's source as the interpreter runs one read from its standard input: in a new
+    `__main__` module that has no `__file__`."""
+    main = ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    exec(compile(source, "<stdin>", "exec"), main.__dict__)  # noqa: S102 - the module Ansible runs
 
 
 def _unload_ansible() -> None:

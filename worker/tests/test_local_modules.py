@@ -1,0 +1,115 @@
+"""Modules on the local connection in a warm playbook process: forked, pipelined where Ansible
+would run them from a file, their temporary directories made and removed without a shell; with the
+results Ansible gives when it runs them as it comes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PLAYBOOK = Path(__file__).parent / "playbooks" / "modules.yml"
+WORKER = Path(__file__).parent.parent
+
+#: ansible-playbook, as it comes or with the warm playbook process's module handling installed;
+#: every command a process of the run spawns is written to POPEN_LOG.
+_BOOTSTRAP = """
+import os, sys
+def logged(event, args):
+    if event == "subprocess.Popen":
+        with open(os.environ["POPEN_LOG"], "a") as log:
+            print(repr(args[1]), file=log)
+sys.addaudithook(logged)
+if sys.argv[1] == "warm":
+    from ansible_operator_worker import process
+    from ansible_operator_worker.speedups import local_tmp, modules
+    process.BASE_SYS_PATH[:] = sys.path[1:]
+    modules.install()
+    local_tmp.install()
+from ansible.cli.playbook import main
+sys.argv = ["ansible-playbook", *sys.argv[2:]]
+main()
+"""
+
+#: Paths that differ between any two runs (temporary directories, the module file's name).
+_RANDOM = re.compile(r"""/[^\s'"]*ansible[-_][^\s'"]*|<stdin>|\S*AnsiballZ_\w+\.py""")
+
+
+def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[str]]:
+    """ansible-playbook's exit status, every task result in order, and the commands it spawned."""
+    workdir = tmp_path / mode
+    workdir.mkdir()
+    log = tmp_path / f"{mode}.popen"
+    inventory = tmp_path / "hosts"
+    inventory.write_text(f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(WORKER),
+        "POPEN_LOG": str(log),
+        "ANSIBLE_STDOUT_CALLBACK": "results_json",
+        "ANSIBLE_CALLBACK_PLUGINS": str(Path(__file__).parent / "callback_plugins"),
+        "ANSIBLE_LIBRARY": str(PLAYBOOK.parent / "library"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _BOOTSTRAP, mode, "-i", str(inventory), str(PLAYBOOK), "-e", f"workdir={workdir}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.stdout, done.stderr
+    results = json.loads(done.stdout.replace(str(workdir), "WORKDIR"))["results"]
+    spawned = log.read_text().splitlines() if log.exists() else []
+    return done.returncode, results, spawned
+
+
+#: What differs between any two runs of the same task: times, and the cluster's bookkeeping.
+_VOLATILE = frozenset(
+    {"start", "end", "delta", "mtime", "atime", "ctime", "inode", "version", "_original_basename"}
+    | {"resourceVersion", "managedFields", "creationTimestamp", "uid"}
+)
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _comparable(item) for key, item in value.items() if key not in _VOLATILE}
+    if isinstance(value, list):
+        return [_comparable(item) for item in value]
+    if isinstance(value, str):
+        return _RANDOM.sub("RANDOM", value)
+    return value
+
+
+@pytest.mark.skipif("KUBECONFIG" not in os.environ, reason="the k8s tasks need a cluster (KUBECONFIG)")
+def test_local_modules_give_the_results_ansible_does_without_a_shell(tmp_path: Path) -> None:
+    started = time.time()
+    cold_status, cold, cold_spawned = _play("cold", tmp_path)
+    warm_status, warm, warm_spawned = _play("warm", tmp_path)
+    assert warm_status == cold_status == 0
+    assert _comparable(warm) == _comparable(cold)
+    results = {entry["task"]: entry for entry in warm}
+    assert results["command"]["result"]["stdout"] == "hello"
+    assert results["no_log"]["result"]["censored"].startswith("the output has been hidden")
+    assert results["failing module"]["status"] == "failed" and results["failing module"]["result"]["rc"] == 1
+    assert results["module that breaks"]["result"]["module_stdout"].startswith("not json")
+    assert results["k8s_info"]["result"]["resources"][0]["metadata"]["name"] == "default"
+    assert results["k8s in check mode with diff"]["result"]["changed"] is True
+    assert results["k8s in check mode with diff"]["result"]["method"] == "create"
+    assert results["k8s refused"]["status"] == "failed"
+    assert "Not A Valid Name" in results["k8s refused"]["result"]["msg"]
+    # Ansible runs each module with a shell command, and makes and removes a temporary directory
+    # for it with more; the warm process forks every module and spawns no shell at all (what it
+    # spawns is what the modules run themselves).
+    assert sum("AnsiballZ_" in command for command in cold_spawned) >= 8
+    assert sum("mkdir" in command for command in cold_spawned) >= 8
+    assert not any("/bin/sh" in command for command in warm_spawned), warm_spawned
+    remote_tmp = Path("~/.ansible/tmp").expanduser()
+    assert not [path for path in remote_tmp.glob("ansible-tmp-*") if path.stat().st_mtime > started]
