@@ -50,9 +50,16 @@ Tasks
 
 Modules
 - `modules`: a new interpreter for each module call (a fork that has the kubernetes client
-  imported), and the compilation of its payload's sources; patches the `subprocess` of
-  `ansible.plugins.connection.local` and, in module processes, `zipimport._compile_source`; 2.18
-  and 2.19, no version check (any other command line goes to the real `Popen`).
+  imported), the compilation of its payload's sources, and the temporary file of a module on the
+  local connection (pipelined, as Ansible's `pipelining` does); patches the `subprocess` of
+  `ansible.plugins.connection.local`, `ActionBase._is_pipelining_enabled` (2.18) or
+  `local.Connection.is_pipelining_enabled` (2.19) and, in module processes,
+  `zipimport._compile_source`; 2.18 and 2.19 (any other command line goes to the real `Popen`).
+- `local_tmp`: the shell commands that make, change and remove a task's temporary directory on the
+  local connection (`echo ~`, `mkdir`, `chmod`, `rm -rf`: some 40 to 60 ms a module task), made
+  here as the same system calls; patches `ActionBase._remote_expand_user`, `._make_tmp_path`,
+  `._remote_chmod` and `._remove_tmp_path`; 2.18 and 2.19, no version check (anything but the
+  plain case, and any error, goes to Ansible's own method).
 - `payload_cache`: the AnsiballZ payload each run builds for each module (a tenth of a second or
   more for a kubernetes.core module); patches `ansible.executor.module_common.modify_module`;
   2.18 and 2.19, no version check.
