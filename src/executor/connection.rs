@@ -248,7 +248,5 @@ fn request<'a>(launch: &'a Launch<'_>) -> Result<RunRequest<'a>, Error> {
     }
     let cwd = std::env::current_dir().map_err(Error::Io)?;
     let cwd = cwd.to_str().ok_or_else(|| not_text("the working directory"))?.to_string();
-    // Every warm run's controller-only tasks skip their fork (`inline_tasks.py`); a cold run forks
-    // them, as Ansible does.
-    Ok(RunRequest { id: launch.id, argv, env, cwd, inline_tasks: true })
+    Ok(RunRequest { id: launch.id, argv, env, cwd })
 }

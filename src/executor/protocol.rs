@@ -19,10 +19,6 @@ pub struct RunRequest<'a> {
     pub env: BTreeMap<String, String>,
     /// The working directory ansible-runner would be started in.
     pub cwd: String,
-    /// Tasks that never leave the controller (`assert`, `debug`, `fail`, `set_fact`) run in the
-    /// playbook process instead of a fork each (left out when false, as the worker's tests run).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub inline_tasks: bool,
 }
 
 /// Worker → operator.
@@ -213,19 +209,11 @@ mod tests {
     }
 
     #[test]
-    fn run_requests_are_tagged_and_ask_for_inline_tasks_only_when_they_want_them() {
-        let mut request = RunRequest {
-            id: "9",
-            argv: vec!["run".into()],
-            env: BTreeMap::new(),
-            cwd: "/".into(),
-            inline_tasks: false,
-        };
+    fn run_requests_are_tagged() {
+        let request = RunRequest { id: "9", argv: vec!["run".into()], env: BTreeMap::new(), cwd: "/".into() };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),
             serde_json::json!({"type": "run", "id": "9", "argv": ["run"], "env": {}, "cwd": "/"})
         );
-        request.inline_tasks = true;
-        assert_eq!(serde_json::to_value(&request).unwrap()["inline_tasks"], true);
     }
 }

@@ -139,10 +139,9 @@ def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str |
     return Plan(True, script=script, command=command)
 
 
-def install(worker: Worker, run_id: str, control_fd: int, inline: bool = False) -> None:
-    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can, with the tasks
-    that never leave the controller run in the playbook process when `inline` (`inline_tasks`).
-    The decision goes to the operator as a `mode` message."""
+def install(worker: Worker, run_id: str, control_fd: int) -> None:
+    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can. The decision
+    goes to the operator as a `mode` message."""
     import pexpect
 
     original = pexpect.spawn
@@ -158,7 +157,7 @@ def install(worker: Worker, run_id: str, control_fd: int, inline: bool = False) 
         protocol.send_fd(control_fd, {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason})
         if decided.warm and decided.command is not None:
             told, tell = os.pipe2(os.O_CLOEXEC)
-            kwargs["preexec_fn"] = _playbook_process(decided, dict(env), tell, inline)
+            kwargs["preexec_fn"] = _playbook_process(decided, dict(env), tell)
             try:
                 child = keeping_descriptors(original, [tell, kept.sender_fd()])(command, args, **kwargs)
             finally:
@@ -274,7 +273,7 @@ def report_end(child: Any, run_id: str, control_fd: int) -> None:
     child.close = close_and_report
 
 
-def _playbook_process(plan: Plan, env: dict[str, str], tell: int, inline: bool) -> Callable[[], None]:
+def _playbook_process(plan: Plan, env: dict[str, str], tell: int) -> Callable[[], None]:
     """The function ptyprocess calls in its child where it would exec: it runs ansible-playbook in
     this process and never returns. Its exit status is told on `tell` (`take_told_status`)."""
     script, command = plan.script, plan.command
@@ -302,8 +301,7 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int, inline: bool) 
             modules.install()
             local_tmp.install()
             task_forks.install()
-            if inline:
-                inline_tasks.install()
+            inline_tasks.install()
             if plan.worker_settings:
                 playbook_cli.install()
             from ansible.cli.playbook import main

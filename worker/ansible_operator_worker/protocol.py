@@ -1,9 +1,8 @@
 """Messages between the operator and the worker: one JSON object per SOCK_SEQPACKET datagram.
 
 Operator → worker:
-    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "...", "inline_tasks": bool}
-        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr;
-        `inline_tasks` (false when absent) asks for `speedups/inline_tasks.py`.
+    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "..."}
+        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr.
 Worker → operator:
     {"type": "ready", "pid": ..., "versions": {...}, "preload_seconds": ...}
     {"type": "started", "id": ..., "pid": ...}
@@ -44,8 +43,6 @@ class RunRequest:
     env: dict[str, str]
     #: Its working directory.
     cwd: str
-    #: Whether tasks that never leave the controller run in the playbook process.
-    inline_tasks: bool = False
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -98,7 +95,6 @@ def receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
 def run_request(message: dict[str, Any]) -> RunRequest:
     """The run request in `message`, checked."""
     run_id, argv, env, cwd = message.get("id"), message.get("argv"), message.get("env"), message.get("cwd")
-    inline_tasks = message.get("inline_tasks", False)
     if not isinstance(run_id, str) or not run_id:
         raise ProtocolError("run: id must be a non-empty string")
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
@@ -107,9 +103,7 @@ def run_request(message: dict[str, Any]) -> RunRequest:
         raise ProtocolError(f"run {run_id}: env must map strings to strings")
     if not isinstance(cwd, str) or not cwd:
         raise ProtocolError(f"run {run_id}: cwd must be a path")
-    if not isinstance(inline_tasks, bool):
-        raise ProtocolError(f"run {run_id}: inline_tasks must be true or false")
-    return RunRequest(run_id, argv, env, cwd, inline_tasks)
+    return RunRequest(run_id, argv, env, cwd)
 
 
 def _close(fd: int) -> None:

@@ -1,4 +1,4 @@
-"""Tasks that never leave the controller run in the playbook process when a run asks for it, with
+"""Tasks that never leave the controller run in the playbook process of a warm run, with
 the results a forked task gives them; every other task still forks."""
 
 from __future__ import annotations

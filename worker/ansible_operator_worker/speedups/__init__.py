@@ -38,9 +38,8 @@ The playbook process (ansible-playbook)
 Tasks
 - `task_forks`: plugin listings and lookups every task's fork made again (about 3 ms a task);
   patches `ansible.executor.process.worker.WorkerProcess.start`; 2.18 and 2.19, no version check.
-- `inline_tasks`: the fork of a task that never leaves the controller, for runs that ask
-  (every warm run of the operator); patches `WorkerProcess.start` to run Ansible's `TaskExecutor` in place;
-  2.18 only (`supported()`; otherwise every task forks).
+- `inline_tasks`: the fork of a task that never leaves the controller; patches
+  `WorkerProcess.start` to run Ansible's `TaskExecutor` in place; 2.18 only (`supported()`; otherwise every task forks).
 - `jinja_misses`: the search for Jinja2's own filters and tests through Ansible's plugin loader
   (some 2 ms a name in every task's fork); patches
   `ansible.plugins.loader.Jinja2Loader.get_with_context`; 2.18 only (2.19: not installed).

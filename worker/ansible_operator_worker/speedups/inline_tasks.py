@@ -2,14 +2,14 @@
 `ansible.plugins.loader.lookup_loader.get`). Knows: ansible-core 2.18 (`supported()`: its
 `TaskExecutor` takes `new_stdin`; other versions: not installed, every task forks).
 
-Tasks that never leave the controller, run in the playbook process, for the runs that ask for it
-(the operator asks for every warm run: reconciles, finalizers, plans and validations).
+Tasks that never leave the controller, run in the playbook process of every warm run
+(reconciles, finalizers, plans and validations).
 
 Ansible forks a process for every task of every host, even for a task whose action never leaves
 the controller: an `assert`, a `fail`, a `debug`, a `set_fact`. On a small virtual machine that
 fork is most of such a task's time: the fork itself, the copy-on-write faults of both processes
-after it, the result's trip back (about 18 of a task's 25 ms on a two-core test machine). In a run
-that asks, such a task runs in the playbook process, as the forked process would have run it:
+after it, the result's trip back (about 18 of a task's 25 ms on a two-core test machine). In a warm
+run such a task runs in the playbook process, as the forked process would have run it:
 Ansible's own `TaskExecutor`, on copies of the task and of its variables (what the fork would
 have copied), its result sent on the same queue to the same strategy.
 
@@ -48,8 +48,8 @@ def supported() -> bool:
 
 
 def install() -> None:
-    """In the playbook process of a run that asks: the strategy's workers run eligible tasks
-    inline instead of forking."""
+    """In a playbook process: the strategy's workers run eligible tasks inline instead of
+    forking."""
     from ansible.executor.process.worker import WorkerProcess
 
     if not supported():
