@@ -27,6 +27,7 @@ from .speedups import (
     event_files,
     jinja_misses,
     lazy_kubernetes,
+    module_utils,
     modules,
     parse_cache,
     payload_cache,
@@ -371,6 +372,10 @@ class Zygote:
         if self.waiting and self.learn_at is None:
             self.learn_at = time.monotonic() + LEARN_DELAY
         if learnt:
+            try:
+                module_utils.stash_kept()
+            except Exception as error:  # noqa: BLE001 - module processes then import as they come
+                print(f"ansible-operator worker: module_utils not stashed: {error!r}", file=sys.stderr, flush=True)
             gc.freeze()
             if self.spare is not None:
                 self._end_spare()

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible import release as ansible_release
 
 PLAYBOOK = Path(__file__).parent / "playbooks" / "modules.yml"
+ANSIBLE_2_18 = ansible_release.__version__.startswith("2.18.")
 WORKER = Path(__file__).parent.parent
 
 #: ansible-playbook, as it comes or with the warm playbook process's module handling installed;
@@ -28,10 +30,41 @@ def logged(event, args):
 sys.addaudithook(logged)
 if sys.argv[1] == "warm":
     from ansible_operator_worker import process
-    from ansible_operator_worker.speedups import local_tmp, modules
+    from ansible_operator_worker.speedups import local_tmp, module_utils, modules
     process.BASE_SYS_PATH[:] = sys.path[1:]
     modules.install()
     local_tmp.install()
+    # What the zygote imports before it stashes anything (the kubernetes client registers exit
+    # handlers as it is imported: a stash build that did so would not be kept).
+    import importlib
+    from ansible_operator_worker.zygote import PRELOAD
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    # Each payload's module_utils stashed once built (in the task's process, which forks the
+    # module), as the zygote stashes the payloads it keeps; each adoption logged.
+    from ansible import constants
+    from ansible.executor import module_common
+    from ansible.plugins import action
+    build = module_common.modify_module
+    def stashing(*args, **kwargs):
+        built = build(*args, **kwargs)
+        cache = os.path.join(constants.DEFAULT_LOCAL_TMP, "ansiballz_cache")
+        for name in os.listdir(cache):
+            if not name.endswith((".lock", "-part")):
+                with open(os.path.join(cache, name), "rb") as payload:
+                    module_utils.stash(payload.read())
+        return built
+    module_common.modify_module = action.modify_module = stashing
+    adopt = module_utils.adopt
+    def adopting(names, archive):
+        adopt(names, archive)
+        if "ansible-operator-stash-" not in archive:  # a module process's, not a stash build's
+            with open(os.environ["ADOPT_LOG"], "a") as log:
+                print(len(names), file=log)
+    module_utils.adopt = adopting
 from ansible.cli.playbook import main
 sys.argv = ["ansible-playbook", *sys.argv[2:]]
 main()
@@ -42,7 +75,8 @@ _RANDOM = re.compile(r"""/[^\s'"]*ansible[-_][^\s'"]*|<stdin>|\S*AnsiballZ_\w+\.
 
 
 def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[str]]:
-    """ansible-playbook's exit status, every task result in order, and the commands it spawned."""
+    """ansible-playbook's exit status, every task result in order, and the commands it spawned
+    (and, warm, the number of module_utils each module process adopted in `<mode>.adopted`)."""
     workdir = tmp_path / mode
     workdir.mkdir()
     log = tmp_path / f"{mode}.popen"
@@ -52,6 +86,7 @@ def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[st
         **os.environ,
         "PYTHONPATH": str(WORKER),
         "POPEN_LOG": str(log),
+        "ADOPT_LOG": str(tmp_path / f"{mode}.adopted"),
         "ANSIBLE_STDOUT_CALLBACK": "results_json",
         "ANSIBLE_CALLBACK_PLUGINS": str(Path(__file__).parent / "callback_plugins"),
         "ANSIBLE_LIBRARY": str(PLAYBOOK.parent / "library"),
@@ -113,3 +148,10 @@ def test_local_modules_give_the_results_ansible_does_without_a_shell(tmp_path: P
     assert not any("/bin/sh" in command for command in warm_spawned), warm_spawned
     assert (tmp_path / "remote_tmp").is_dir()
     assert not list((tmp_path / "remote_tmp").iterdir())
+    # On ansible-core 2.18 (whose payload cache is the zip) every module process adopted the
+    # module_utils its task's process stashed: `ansible.module_utils.basic` and what it imports at
+    # the least. 2.19 keeps a pickle there, and its modules import as they come.
+    adopted = [int(n) for n in (tmp_path / "warm.adopted").read_text().split()] if ANSIBLE_2_18 else []
+    module_processes = sum(f"{sys.executable} " in c and "AnsiballZ_" in c for c in cold_spawned)
+    assert len(adopted) == (module_processes if ANSIBLE_2_18 else 0) and module_processes >= 10
+    assert all(n >= 20 for n in adopted), adopted

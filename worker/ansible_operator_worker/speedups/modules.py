@@ -48,6 +48,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import kept, process
+from . import module_utils
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT = re.compile(r"^AnsiballZ_[\w.]+\.py$")
@@ -259,6 +260,7 @@ def _run_module(call: ModuleCall, source: bytes | None, cwd: str | None, stdout:
             os.chdir(cwd)
         process.standard_streams()
         _unload_ansible()
+        module_utils.install()
         _cache_payload_bytecode()
         if call.script is None:
             sys.argv = [""]
@@ -286,8 +288,8 @@ def _unload_ansible() -> None:
     collection code from its own payload, as in a new interpreter."""
     for name in [n for n in sys.modules if n.split(".", 1)[0] in ("ansible", "ansible_collections")]:
         del sys.modules[name]
-    sys.meta_path[:] = [f for f in sys.meta_path if not _is_ansible(f)]
-    sys.path_hooks[:] = [h for h in sys.path_hooks if not _is_ansible(h)]
+    sys.meta_path[:] = [f for f in sys.meta_path if not module_utils.is_ansible(f)]
+    sys.path_hooks[:] = [h for h in sys.path_hooks if not module_utils.is_ansible(h)]
     sys.path_importer_cache.clear()
 
 
@@ -299,18 +301,24 @@ def _cache_payload_bytecode() -> None:
     the payload's. A source it does not have is compiled here and reported to it."""
     if "bytecode" not in kept.KINDS:
         return
-    compile_source = _COMPILE_SOURCE
 
     def cached(pathname: str, source: bytes) -> object:
         code = BYTECODE.get(_bytecode_key(source))
         if code is None:
-            code = compile_source(pathname, source)
             kept.report("bytecode", {}, source)
-            return code
-        _imp._fix_co_filename(code, pathname)
-        return code
+        return compiled(pathname, source)
 
     zipimport._compile_source = cached  # type: ignore[attr-defined]
+
+
+def compiled(pathname: str, source: bytes) -> object:
+    """A payload's source compiled, as zipimport does; the code the worker keeps for it when it
+    has it, with its file name set to `pathname`."""
+    code = BYTECODE.get(_bytecode_key(source))
+    if code is None:
+        return _COMPILE_SOURCE(pathname, source)
+    _imp._fix_co_filename(code, pathname)
+    return code
 
 
 def _bytecode_key(source: bytes) -> str:
@@ -333,8 +341,3 @@ BYTECODE = kept.Store(max_entries=4096, max_bytes=32 << 20)
 def install_bytecode() -> None:
     """In the worker: module processes are served the code it compiled, and report what it lacks."""
     kept.register("bytecode", BYTECODE, _derive_bytecode)
-
-
-def _is_ansible(thing: object) -> bool:
-    module = getattr(thing, "__module__", None) or getattr(type(thing), "__module__", "")
-    return str(module).split(".", 1)[0] == "ansible"
