@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import agent, ansible_state, kept, process, protocol
-from .speedups import inline_tasks, local_tmp, modules, playbook_cli, task_forks
+from .speedups import event_stdout, inline_tasks, local_tmp, modules, playbook_cli, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.
@@ -302,6 +302,7 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int) -> Callable[[]
             local_tmp.install()
             task_forks.install()
             inline_tasks.install()
+            event_stdout.install()
             if plan.worker_settings:
                 playbook_cli.install()
             from ansible.cli.playbook import main

@@ -35,6 +35,11 @@ The playbook process (ansible-playbook)
   cache (some 6 ms in a fork); patches `_AnsibleCollectionFinder._install`; 2.18 and 2.19, no
   version check.
 
+- `event_stdout`: ansible-runner's callback writing each event's data into the playbook's output in
+  pieces (three or more unbuffered writes to the terminal an event, some 66 in a `debug` run),
+  written at once; patches the callback's `EventContext.dump` as `PluginLoader._load_module_source`
+  loads it; ansible-runner 2.4 only (another version's callback is left as it is), 2.18 and 2.19.
+
 Tasks
 - `task_forks`: plugin listings and lookups every task's fork made again (about 3 ms a task);
   patches `ansible.executor.process.worker.WorkerProcess.start`; 2.18 and 2.19, no version check.
