@@ -47,7 +47,11 @@ pub async fn admit(
     if ctx.watch.manage_status {
         let name = current.name_any();
         let generation = current.metadata.generation;
-        match status::write(api, &name, ctx.conditions(), &Transition::Running, generation).await? {
+        let fresh = Some(current.clone());
+        let running = Transition::Running;
+        match status::write_with_hosts(api, &name, ctx.conditions(), &running, generation, None, fresh)
+            .await?
+        {
             Some(updated) => *current = updated,
             None => return Ok(Admission::Gone),
         }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
 use super::context::{Context, Error, Next};
@@ -28,7 +29,7 @@ type Write = (Transition, Option<Map<String, Value>>);
 /// Ends a reconcile that failed: its condition, then its error.
 pub async fn fail(ctx: &Context, target: &StatusTarget<'_>, failure: Failure) -> Result<Next, Error> {
     let write = failure.is_written(ctx.watch.manage_status).then(|| failure.transition());
-    finish(ctx, target, write.map(|transition| (transition, failure.hosts)), Err(*failure.error)).await
+    finish(ctx, target, write.map(|transition| (transition, failure.hosts)), Err(*failure.error), None).await
 }
 
 /// Ends a reconcile from its verdict; `finalizing` when the finalizer ran, `period` the requeue
@@ -44,23 +45,23 @@ pub async fn conclude(
         Verdict::Failed(failure) => return fail(ctx, target, failure).await,
         Verdict::Ran(ran) => ran,
     };
-    let Some(next) = after(ctx, target, finalizing, period, &ran).await? else {
+    let Some((next, after_run)) = after(ctx, target, finalizing, period, &ran).await? else {
         return Ok(Next::AwaitChange);
     };
     let result = if ran.succeeded { Ok(next) } else { Err(Error::TaskFailed { key: target.key.into() }) };
     let write = ctx.watch.manage_status.then_some((ran.transition, ran.hosts));
-    finish(ctx, target, write, result).await
+    finish(ctx, target, write, result, Some(after_run)).await
 }
 
-/// What follows a run that finished, from the CR as re-read: `None` when it is gone or its
-/// finalizer came off (so the deletion completes), else when to come back.
+/// What follows a run that finished, from the CR as re-read (returned with it): `None` when it is
+/// gone or its finalizer came off (so the deletion completes), else when to come back.
 async fn after(
     ctx: &Context,
     target: &StatusTarget<'_>,
     finalizing: bool,
     period: Duration,
     ran: &Ran,
-) -> Result<Option<Next>, Error> {
+) -> Result<Option<(Next, DynamicObject)>, Error> {
     if let Some(period) = &ran.bad_requeue_period {
         tracing::warn!(
             target: TARGET,
@@ -79,23 +80,26 @@ async fn after(
             }
             Ok(None)
         }
-        After::RunFinalizerSoon => Ok(Some(Next::Requeue(FINALIZER_REQUEUE))),
-        After::Nothing => Ok(Some(next)),
+        After::RunFinalizerSoon => Ok(Some((Next::Requeue(FINALIZER_REQUEUE), after_run))),
+        After::Nothing => Ok(Some((next, after_run))),
     }
 }
 
-/// Writes the status (when there is a write) and counts the run in the CR's series (unless the CR
-/// is gone, so a deleted CR's series stay gone), then returns `result`.
+/// Writes the status (when there is a write; on `fresh`, the CR just read, when there is one) and
+/// counts the run in the CR's series (unless the CR is gone, so a deleted CR's series stay gone),
+/// then returns `result`.
 async fn finish(
     ctx: &Context,
     target: &StatusTarget<'_>,
     write: Option<Write>,
     result: Result<Next, Error>,
+    fresh: Option<DynamicObject>,
 ) -> Result<Next, Error> {
     if let Some((transition, hosts)) = write {
         let (api, name, generation) = (target.api, target.name, target.generation);
+        let conditions = ctx.conditions();
         let written =
-            status::write_with_hosts(api, name, ctx.conditions(), &transition, generation, hosts.as_ref())
+            status::write_with_hosts(api, name, conditions, &transition, generation, hosts.as_ref(), fresh)
                 .await?;
         let Some(written) = written else {
             return result;

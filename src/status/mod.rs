@@ -92,11 +92,12 @@ pub async fn write(
     transition: &Transition,
     generation: Option<i64>,
 ) -> Result<Option<DynamicObject>, Error> {
-    write_with_hosts(api, name, kinds, transition, generation, None).await
+    write_with_hosts(api, name, kinds, transition, generation, None, None).await
 }
 
 /// [`write`], also replacing `status.hosts` (per-host results of a run over an inventory) when
-/// `hosts` is given: hosts no longer in the inventory are dropped.
+/// `hosts` is given: hosts no longer in the inventory are dropped. `fresh`, a copy of the CR the
+/// caller has just read, is written on first instead of reading it again (a conflict reads it).
 pub async fn write_with_hosts(
     api: &Api<DynamicObject>,
     name: &str,
@@ -104,9 +105,14 @@ pub async fn write_with_hosts(
     transition: &Transition,
     generation: Option<i64>,
     hosts: Option<&Map<String, Value>>,
+    mut fresh: Option<DynamicObject>,
 ) -> Result<Option<DynamicObject>, Error> {
     for _ in 0..ATTEMPTS {
-        let current = match with_timeout(api.get_opt(name)).await {
+        let read = match fresh.take() {
+            Some(object) => Ok(Some(object)),
+            None => with_timeout(api.get_opt(name)).await,
+        };
+        let current = match read {
             Ok(Some(object)) => object,
             Ok(None) => return Ok(None),
             Err(source) => {
