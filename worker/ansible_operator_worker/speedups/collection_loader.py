@@ -11,7 +11,9 @@ each freed page copied first), and the run lists those directories again on its 
 Now the install keeps the finders of the directories the new loader does not claim, as it found
 them: they are Python's own, for the standard library and the installed packages, and each checks
 its directory's modification time when used, as in any process. The finders of directories the
-loader claims are dropped, as before."""
+loader claims are dropped, as before. What the install empties is a new cache, put in place while
+it runs: emptying the inherited one, even to fill it again, touched every entry (the loader's whole
+install took 2.6–4.7 ms in a fork instead of 2.9–5.6, medians of 15, three pairs)."""
 
 from __future__ import annotations
 
@@ -27,13 +29,20 @@ def install() -> None:
     install_finder = _AnsibleCollectionFinder._install
 
     def install_keeping_unclaimed(self: Any) -> None:
-        kept = {
-            path: finder
-            for path, finder in sys.path_importer_cache.items()
-            if not _claims(self, path)
-        }
-        install_finder(self)
-        sys.path_importer_cache.update(kept)
+        # The install empties `sys.path_importer_cache`: it empties a new one instead (emptying
+        # the inherited one would touch every finder in it), and the inherited one loses only the
+        # entries the loader claims, then gains what the install added.
+        inherited = sys.path_importer_cache
+        claimed = [path for path in inherited if _claims(self, path)]
+        sys.path_importer_cache = {}
+        try:
+            install_finder(self)
+        finally:
+            added = sys.path_importer_cache
+            for path in claimed:
+                inherited.pop(path, None)
+            inherited.update(added)
+            sys.path_importer_cache = inherited
 
     _AnsibleCollectionFinder._install = install_keeping_unclaimed  # type: ignore[method-assign]
 
