@@ -381,6 +381,13 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR", default_value = "warm", ignore_case = true)]
     pub ansible_executor: crate::executor_mode::Executor,
 
+    /// How long the warm worker may go without a run before it stops, giving its memory back (some
+    /// 90 MiB with the runs' own processes gone); the next run starts it again and waits for it
+    /// (one to two seconds). `0s` keeps it running.
+    #[arg(long, env = "ANSIBLE_OPERATOR_WARM_WORKER_IDLE", default_value = "15m",
+          value_parser = go_duration::parse)]
+    pub warm_worker_idle: Duration,
+
     /// Write the kstatus conditions `Ready`, `Reconciling` and `Stalled` (with `observedGeneration`)
     /// beside upstream's, so `kubectl wait --for=condition=Ready` and Argo CD understand a CR. A
     /// watch's `readyConditions` wins. Off by default: the status stays upstream's.

@@ -409,6 +409,37 @@ async fn a_run_cancelled_by_shutdown_leaves_nothing_running_and_the_next_operato
     assert_ran_warm(&next);
 }
 
+/// After `--warm-worker-idle` without a run the worker stops, giving its memory back; the next CR's
+/// run starts it again, waits for it and runs warm.
+#[tokio::test]
+async fn an_idle_worker_stops_and_the_next_run_starts_it_again_and_runs_warm() {
+    let kind = "IdleWorker";
+    let Test { client: _, ns, api } = Test::setup("executor-idle").kind(GROUP, kind).build().await;
+    let watches = format!(
+        "- version: v1alpha1\n  group: {GROUP}\n  kind: {kind}\n  playbook: {{fixtures}}/equivalence/worker_loss.yml\n  vars:\n    hold_seconds: 0\n"
+    );
+    let operator = OperatorConfig::new(&watches, &ns.name)
+        .arg("--ansible-executor=warm")
+        .arg("--warm-worker-idle=2s")
+        .start();
+    support::create_cr(&api, GROUP, kind, "first", json!({})).await;
+    support::wait_for_condition(&api, "first", "Successful", "True", WAIT).await;
+    let first = worker_pid(&operator.log(), 0).expect("the worker's pid is logged");
+    support::wait_for("the idle worker to stop", Duration::from_secs(60), || async {
+        Ok(if alive(first) { Err("still running".to_string()) } else { Ok(()) })
+    })
+    .await;
+    let log = operator.log();
+    assert!(log.contains("stopped after a while without runs"), "{log}");
+    assert!(processes_with("ansible_operator_worker").iter().all(|pid| *pid != first));
+
+    support::create_cr(&api, GROUP, kind, "second", json!({})).await;
+    support::wait_for_condition(&api, "second", "Successful", "True", WAIT).await;
+    let again = worker_pid(&operator.log(), 1).expect("the worker started again");
+    assert_ne!(again, first, "a new worker process");
+    assert_ran_warm(&operator);
+}
+
 /// A run of one kind that rewrites every file where workers kept compiled code (templates, module
 /// bytecode, module payloads) under the runner directory, adds its own there, and sends the worker
 /// forged reports, leaves a later run of another kind in another namespace as it was: it converges,

@@ -371,6 +371,7 @@ fn launcher(
                 python: toolchain.python_path,
                 env: env.chain(playbook_env.iter().cloned()).collect(),
                 cwd: args.runner_dir.clone(),
+                idle: Some(args.warm_worker_idle).filter(|idle| !idle.is_zero()),
             };
             Some(Worker::spawn(config, metrics.clone()))
         }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use tokio::net::unix::pipe;
@@ -40,6 +41,9 @@ pub enum Error {
     /// The worker could not fork the run.
     #[error("the warm worker could not start the run: {0}")]
     SpawnFailed(String),
+    /// The worker is going to sleep (it had no run for a while): the run waits for it to start again.
+    #[error("the warm worker is going to sleep")]
+    Sleeping,
     /// Talking to the worker failed.
     #[error("send the run to the warm worker")]
     Io(#[source] io::Error),
@@ -79,6 +83,7 @@ impl Drop for RunHandle {
         let mut table = self.connection.table();
         table.follower.forget(&self.id);
         table.waiters.remove(&self.id);
+        table.last_active = Instant::now();
     }
 }
 
@@ -89,11 +94,25 @@ struct Waiters {
     exited: Option<oneshot::Sender<Result<Exit, Error>>>,
 }
 
-/// The runs in flight: what they said so far, and who waits for them.
-#[derive(Debug, Default)]
+/// The runs in flight: what they said so far, and who waits for them; when the last one started
+/// or ended, and whether the worker takes no more.
+#[derive(Debug)]
 struct Table {
     follower: Follower,
     waiters: HashMap<String, Waiters>,
+    last_active: Instant,
+    closing: bool,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            follower: Follower::default(),
+            waiters: HashMap::new(),
+            last_active: Instant::now(),
+            closing: false,
+        }
+    }
 }
 
 /// One started worker process.
@@ -132,6 +151,10 @@ impl Connection {
         let (exited_tx, exited) = oneshot::channel();
         {
             let mut table = self.table();
+            if table.closing {
+                return Err(Error::Sleeping);
+            }
+            table.last_active = Instant::now();
             table.follower.admit(launch.id);
             let waiters = Waiters { started: Some(started_tx), exited: Some(exited_tx) };
             table.waiters.insert(launch.id.to_string(), waiters);
@@ -151,6 +174,15 @@ impl Connection {
         let stdout = pipe::Receiver::from_owned_fd(stdout).map_err(Error::Io)?;
         let stderr = pipe::Receiver::from_owned_fd(stderr).map_err(Error::Io)?;
         Ok(WarmRun { pid, stdout, stderr, handle })
+    }
+
+    /// Takes no more runs when none is in flight and none started or ended for `idle`; true then.
+    pub fn close_if_idle(&self, idle: Duration) -> bool {
+        let mut table = self.table();
+        if table.waiters.is_empty() && table.last_active.elapsed() >= idle {
+            table.closing = true;
+        }
+        table.closing
     }
 
     /// Delivers what the worker says, until it stops talking.

@@ -1,7 +1,9 @@
 //! The warm worker's supervisor: it keeps the Python process (`python -m ansible_operator_worker`)
-//! that forks runs running, and hands runs to its current [`Connection`]. It starts with the operator; when it dies, the runs it was serving fail with a clear
-//! error (their process trees are ended by the runner as they are dropped) and it is started again
-//! with backoff, new runs going cold meanwhile; it stops with the operator.
+//! that forks runs running, and hands runs to its current [`Connection`]. It starts with the
+//! operator; when it dies, the runs it was serving fail with a clear error (their process trees are
+//! ended by the runner as they are dropped) and it is started again with backoff, new runs going
+//! cold meanwhile; it stops with the operator. After a while with no run ([`Config::idle`]) it is
+//! stopped to give its memory back, and the next run starts it again and waits for it.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use super::connection::Error;
@@ -28,6 +30,8 @@ const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// How often the worker's memory is read for the metrics.
 const RSS_INTERVAL: Duration = Duration::from_secs(10);
+/// The shortest time between checks of whether the worker has been idle long enough.
+const IDLE_CHECK_MIN: Duration = Duration::from_millis(100);
 
 /// How to start the worker.
 #[derive(Debug, Clone)]
@@ -40,6 +44,8 @@ pub struct Config {
     /// The worker's working directory (where Ansible looks for an ansible.cfg at import): the
     /// runner directory, like the runs' own.
     pub cwd: PathBuf,
+    /// How long the worker may go without a run before it is stopped (None: never).
+    pub idle: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -47,12 +53,15 @@ enum State {
     Starting,
     Ready(Arc<Connection>),
     Down(String),
+    /// Stopped after `Config::idle` without a run: the next run wakes it and waits.
+    Asleep,
 }
 
 /// The supervised worker.
 #[derive(Debug)]
 pub struct Worker {
     state: watch::Receiver<State>,
+    wake: Arc<Notify>,
     shutdown: CancellationToken,
     supervisor: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -62,8 +71,9 @@ impl Worker {
     pub fn spawn(config: Config, metrics: Arc<Metrics>) -> Arc<Worker> {
         let (state_tx, state) = watch::channel(State::Starting);
         let shutdown = CancellationToken::new();
-        let supervisor = tokio::spawn(supervise(config, state_tx, metrics, shutdown.clone()));
-        Arc::new(Worker { state, shutdown, supervisor: Mutex::new(Some(supervisor)) })
+        let wake = Arc::new(Notify::new());
+        let supervisor = tokio::spawn(supervise(config, state_tx, metrics, wake.clone(), shutdown.clone()));
+        Arc::new(Worker { state, wake, shutdown, supervisor: Mutex::new(Some(supervisor)) })
     }
 
     /// Stops the worker (it ends any run it still serves) and waits for it to exit.
@@ -75,25 +85,29 @@ impl Worker {
         }
     }
 
-    /// Starts a run in the worker. While the worker starts for the first time the run waits for
-    /// it; while it restarts, or when it cannot start, [`Error::Unavailable`] sends the run cold.
+    /// Starts a run in the worker. While the worker starts for the first time, or after it slept,
+    /// the run waits for it; while it restarts, or when it cannot start, [`Error::Unavailable`]
+    /// sends the run cold.
     pub async fn start(&self, launch: &Launch<'_>) -> Result<WarmRun, Error> {
         let mut state = self.state.clone();
-        let connection = loop {
+        loop {
             let current = state.borrow_and_update().clone();
             match current {
-                State::Ready(connection) => break connection,
-                State::Down(reason) => return Err(Error::Unavailable { reason }),
-                State::Starting => match tokio::time::timeout(READY_TIMEOUT, state.changed()).await {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(_)) => {
-                        return Err(Error::Unavailable { reason: "the operator is stopping".into() });
-                    }
-                    Err(_) => return Err(Error::Unavailable { reason: "still starting".into() }),
+                State::Ready(connection) => match connection.start(launch).await {
+                    // It is going to sleep: wait for that, then wake it.
+                    Err(Error::Sleeping) => {}
+                    started => return started,
                 },
+                State::Down(reason) => return Err(Error::Unavailable { reason }),
+                State::Asleep => self.wake.notify_one(),
+                State::Starting => {}
             }
-        };
-        connection.start(launch).await
+            match tokio::time::timeout(READY_TIMEOUT, state.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(Error::Unavailable { reason: "the operator is stopping".into() }),
+                Err(_) => return Err(Error::Unavailable { reason: "still starting".into() }),
+            }
+        }
     }
 }
 
@@ -102,6 +116,7 @@ async fn supervise(
     config: Config,
     state: watch::Sender<State>,
     metrics: Arc<Metrics>,
+    wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
     let mut failures = 0u32;
@@ -114,8 +129,25 @@ async fn supervise(
             Ok((child, connection)) => {
                 state.send_replace(State::Ready(connection.clone()));
                 let up_since = tokio::time::Instant::now();
-                let Some(how) = watch_until_exit(child, &connection, &metrics, &shutdown).await else {
-                    return;
+                let how = match watch_until_exit(child, &connection, &metrics, config.idle, &shutdown).await {
+                    Ended::Exited(how) => how,
+                    Ended::Stopped => return,
+                    Ended::Idle(idle) => {
+                        state.send_replace(State::Asleep);
+                        metrics.executor_worker_rss(0);
+                        tracing::info!(
+                            worker_pid = connection.pid,
+                            idle = %crate::go_duration::format(idle),
+                            "the warm Ansible worker stopped after a while without runs; the next run starts it again"
+                        );
+                        tokio::select! {
+                            _ = wake.notified() => {}
+                            _ = shutdown.cancelled() => return,
+                        }
+                        state.send_replace(State::Starting);
+                        failures = 0;
+                        continue;
+                    }
                 };
                 tracing::warn!(
                     worker_pid = connection.pid,
@@ -212,28 +244,61 @@ fn log_ready(pid: u32, versions: &Versions, preload_seconds: f64, not_preloaded:
     );
 }
 
-/// Watches the worker until it exits (`Some(how)`) or the operator stops (`None`, after stopping
-/// it), keeping its memory metric current.
+/// How a worker's watch ended.
+enum Ended {
+    /// It exited by itself (how).
+    Exited(String),
+    /// The operator stops: it was stopped.
+    Stopped,
+    /// It went this long without a run: it was stopped.
+    Idle(Duration),
+}
+
+/// Watches the worker until it exits, the operator stops or it goes `idle` without a run (then
+/// stopping it), keeping its memory metric current.
 async fn watch_until_exit(
     mut child: Child,
     connection: &Connection,
     metrics: &Metrics,
+    idle: Option<Duration>,
     shutdown: &CancellationToken,
-) -> Option<String> {
+) -> Ended {
     let mut rss = tokio::time::interval(RSS_INTERVAL);
+    let mut idle_check = idle.map(|idle| tokio::time::interval((idle / 4).max(IDLE_CHECK_MIN)));
     loop {
         tokio::select! {
-            status = child.wait() => return Some(describe(status.ok())),
+            status = child.wait() => return Ended::Exited(describe(status.ok())),
             _ = rss.tick() => metrics.executor_worker_rss(resident_bytes(connection.pid).unwrap_or(0)),
-            _ = shutdown.cancelled() => {
-                // The worker ends its runs and exits on SIGTERM; the operator has ended them already.
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(connection.pid as i32), nix::sys::signal::Signal::SIGTERM);
-                if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
-                    let _ = child.kill().await;
+            () = tick(idle_check.as_mut()) => {
+                if let Some(idle) = idle.filter(|idle| connection.close_if_idle(*idle)) {
+                    stop(&mut child, connection.pid).await;
+                    return Ended::Idle(idle);
                 }
-                return None;
+            }
+            _ = shutdown.cancelled() => {
+                // The operator has ended the runs already.
+                stop(&mut child, connection.pid).await;
+                return Ended::Stopped;
             }
         }
+    }
+}
+
+/// The next tick of `interval`; never without one.
+async fn tick(interval: Option<&mut tokio::time::Interval>) {
+    match interval {
+        Some(interval) => {
+            interval.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Stops the worker: it ends its runs and exits on SIGTERM, or is killed after 5 s.
+async fn stop(child: &mut Child, pid: u32) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+    if tokio::time::timeout(Duration::from_secs(5), child.wait()).await.is_err() {
+        let _ = child.kill().await;
     }
 }
 
