@@ -21,7 +21,8 @@ pub fn cr_ref(ctx: &Context, object: &DynamicObject) -> CrRef {
 /// Exposes the conditions of ours that `written` (the CR as a status write returned it) carries.
 pub fn conditions(ctx: &Context, written: &DynamicObject) {
     let ours = status::conditions_of(written).iter().filter_map(|condition| {
-        let kind = condition["type"].as_str().filter(|kind| OURS.contains(kind))?;
+        let kind = condition["type"].as_str()?;
+        let kind = OURS.iter().copied().find(|ours| *ours == kind)?;
         Some((kind, condition["status"] == "True"))
     });
     ctx.metrics.cr_conditions(&cr_ref(ctx, written), ours);
