@@ -15,6 +15,7 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::cached::{Cached, Kind};
 use crate::decoded::{self, Decoded, Undecodable};
 use crate::health::SyncToken;
 use crate::metrics::{self, Metrics};
@@ -158,7 +159,8 @@ impl WatchController {
             selector.extend([membership.selector()]);
         }
         let config = watcher::Config::default().labels_from(&selector);
-        let writer = Writer::new(ctx.resource.clone());
+        let kind: Kind = Arc::new(ctx.resource.clone());
+        let writer = Writer::new(kind.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
         let drain_label = sharding.as_ref().map(|membership| membership.drain_label());
@@ -182,7 +184,7 @@ impl WatchController {
                     std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
-            .modify(move |object| slim(object, annotations_trigger))
+            .map_ok(move |event| cache(event, annotations_trigger))
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
@@ -209,17 +211,15 @@ impl WatchController {
             })
             .applied_objects()
             .predicate_filter(
-                move |object: &DynamicObject| {
-                    trigger_hash(object, annotations_trigger, drain_label.as_deref())
-                },
+                move |object: &Cached| trigger_hash(object, annotations_trigger, drain_label.as_deref()),
                 PredicateConfig::default(),
             );
         let concurrency = ctx.watch.max_concurrent_reconciles;
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
-        let mut controller = Controller::for_stream_with(trigger, reader, ctx.resource.clone());
+        let mut controller = Controller::for_stream_with(trigger, reader, kind.clone());
         if let Some(dependents) = &self.dependents {
-            controller = controller.reconcile_on(dependents.register_owner(&ctx.resource, namespace));
+            controller = controller.reconcile_on(dependents.register_owner(&kind, namespace));
         }
         controller
             // No limit here: every queued CR enters `reconcile`, which waits for one of the watch's
@@ -270,7 +270,7 @@ fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable) {
 }
 
 /// A deleted CR's runner directory goes with it (upstream leaves them behind, AOP #47).
-fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
+fn remove_runner_dir(ctx: &Context, object: &Cached) {
     let dir = reconcile::runner_dir(&ctx.settings.runner_dir, &ctx.watch, object);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runner directory of a deleted CR"),
@@ -281,21 +281,25 @@ fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
     }
 }
 
-/// What the cache keeps of a CR: only what is read before a reconcile's own GET (the key, labels,
-/// annotations, generation, deletion, finalizers, and the conditions that say whether it is
-/// converged). The spec, the rest of the status, managedFields and kubectl's copy of the last
-/// applied object are dropped, so the cache does not grow with the size of the CRs. That copy stays
-/// when annotation changes trigger (`annotations`): a label-only `kubectl apply` changes it.
-fn slim(object: &mut DynamicObject, annotations: bool) {
-    object.managed_fields_mut().clear();
+/// The watch's event with its CR as the cache keeps it (see [`Cached`]).
+fn cache(event: watcher::Event<DynamicObject>, annotations: bool) -> watcher::Event<Cached> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(slim(object, annotations)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(slim(object, annotations)),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(slim(object, annotations)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// The CR as the cache keeps it, without kubectl's copy of the last applied object (as large as
+/// the spec) unless annotation changes trigger (`annotations`): a label-only `kubectl apply`
+/// changes it.
+fn slim(mut object: DynamicObject, annotations: bool) -> Cached {
     if !annotations {
         object.annotations_mut().remove(LAST_APPLIED);
     }
-    let conditions = object.data.pointer_mut("/status/conditions").map(serde_json::Value::take);
-    object.data = match conditions {
-        Some(conditions) => serde_json::json!({"status": {"conditions": conditions}}),
-        None => serde_json::Value::Object(Default::default()),
-    };
+    Cached::from(object)
 }
 
 /// kubectl's copy of the object it last applied: as large as the spec.
@@ -306,7 +310,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Pausing or resuming a CR (its annotation) triggers whatever the watch says.
 /// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
 /// CR over.
-fn trigger_hash(object: &DynamicObject, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
+fn trigger_hash<K: Resource>(object: &K, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
     let generation = object.meta().generation?;
     let mut hasher = DefaultHasher::new();
     generation.hash(&mut hasher);
@@ -338,8 +342,8 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_metadata_and_conditions_only() {
-        let mut cached: DynamicObject = serde_json::from_value(json!({
+    fn the_cache_drops_the_last_applied_copy_unless_annotations_trigger() {
+        let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "x/v1", "kind": "X",
             "metadata": {"name": "a", "generation": 2, "labels": {"l": "1"},
                 "annotations": {"a": "1", (LAST_APPLIED): "{\"spec\":{}}"},
@@ -348,24 +352,11 @@ mod tests {
             "status": {"conditions": [{"type": "Successful", "status": "True"}], "big": "x"}
         }))
         .unwrap();
-        let mut watching_annotations = cached.clone();
-        slim(&mut watching_annotations, true);
-        assert!(watching_annotations.annotations().contains_key(LAST_APPLIED));
-        slim(&mut cached, false);
-        assert_eq!(
-            serde_json::to_value(&cached).unwrap(),
-            json!({
-                "apiVersion": "x/v1", "kind": "X",
-                "metadata": {"name": "a", "generation": 2, "labels": {"l": "1"}, "annotations": {"a": "1"},
-                    "managedFields": []},
-                "status": {"conditions": [{"type": "Successful", "status": "True"}]}
-            })
-        );
-        let mut bare: DynamicObject =
-            serde_json::from_value(json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "b"}}))
-                .unwrap();
-        slim(&mut bare, false);
-        assert_eq!(bare.data, json!({}));
+        assert!(slim(object.clone(), true).annotations().contains_key(LAST_APPLIED));
+        let cached = slim(object, false);
+        assert_eq!(cached.annotations(), &[("a".to_string(), "1".to_string())].into());
+        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
     }
 
     #[test]

@@ -1,15 +1,15 @@
 //! The CR's own metric series (`--cr-metrics`): the status of each of our conditions as a status
 //! write left them, and how its runs end (last success, failures since).
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use crate::metrics::CrRef;
 use crate::status::{self, conditions::OURS};
 
 /// The CR as its series name it.
-pub fn cr_ref(ctx: &Context, object: &DynamicObject) -> CrRef {
+pub fn cr_ref<K: Resource>(ctx: &Context, object: &K) -> CrRef {
     CrRef {
         group: ctx.watch.gvk.group.clone(),
         kind: ctx.watch.gvk.kind.clone(),
