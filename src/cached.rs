@@ -28,6 +28,9 @@ pub struct Cached {
     pub metadata: ObjectMeta,
     /// What its conditions say about its last runs.
     pub standing: Standing,
+    /// This version triggers a run: what triggers one changed since the cached version before it,
+    /// or there is none (see `controller`'s trigger filter). True until the filter marks it.
+    pub triggers: bool,
 }
 
 impl From<DynamicObject> for Cached {
@@ -35,7 +38,7 @@ impl From<DynamicObject> for Cached {
         let standing = Standing::of(&object);
         let mut metadata = object.metadata;
         metadata.managed_fields = None;
-        Cached { metadata, standing }
+        Cached { metadata, standing, triggers: true }
     }
 }
 

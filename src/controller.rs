@@ -11,7 +11,8 @@ use kube::discovery::{self, Scope};
 use kube::error::DiscoveryError;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -163,11 +164,16 @@ impl WatchController {
         let writer = Writer::new(kind.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
-        let drain_label = sharding.as_ref().map(|membership| membership.drain_label());
         let cached = sharding.as_ref().map(|membership| {
             crate::metrics::CachedCrs::new(ctx.metrics.clone(), &ctx.gvk_label, &membership.shard)
         });
         let store = reader.clone();
+        let triggers = Triggers {
+            store: reader.clone(),
+            kind: kind.clone(),
+            annotations: annotations_trigger,
+            drain_label: sharding.as_ref().map(|membership| membership.drain_label()),
+        };
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
         let mut reported = decoded::Reported::default();
         let trigger = watcher(api, config)
@@ -184,7 +190,7 @@ impl WatchController {
                     std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
-            .map_ok(move |event| cache(event, annotations_trigger))
+            .map_ok(move |event| triggers.mark(cache(event, annotations_trigger)))
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
@@ -210,10 +216,7 @@ impl WatchController {
                 }
             })
             .applied_objects()
-            .predicate_filter(
-                move |object: &Cached| trigger_hash(object, annotations_trigger, drain_label.as_deref()),
-                PredicateConfig::default(),
-            );
+            .try_filter(|object| std::future::ready(object.triggers));
         let concurrency = ctx.watch.max_concurrent_reconciles;
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
@@ -305,6 +308,41 @@ fn slim(mut object: DynamicObject, annotations: bool) -> Cached {
 /// kubectl's copy of the object it last applied: as large as the spec.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// Whether each version of a CR the watch brings triggers a run: it does when what
+/// [`trigger_hash`] covers differs from the cached version before it (or there is none, or that
+/// was another object of the same name), as controller-runtime's predicates compare the old and
+/// the new object. Marked on the version before the cache takes it, as [`Cached::triggers`].
+struct Triggers {
+    /// The cache, before it takes the version.
+    store: Store<Cached>,
+    kind: Kind,
+    /// `watchAnnotationsChanges`.
+    annotations: bool,
+    /// With sharding: the sharder's drain label.
+    drain_label: Option<String>,
+}
+
+impl Triggers {
+    fn mark(&self, mut event: watcher::Event<Cached>) -> watcher::Event<Cached> {
+        if let watcher::Event::Apply(object) | watcher::Event::InitApply(object) = &mut event {
+            object.triggers = self.triggers(object);
+        }
+        event
+    }
+
+    fn triggers(&self, object: &Cached) -> bool {
+        let Some(hash) = self.hash(object) else { return true };
+        let Some(before) = self.store.get(&ObjectRef::from_obj_with(object, self.kind.clone())) else {
+            return true;
+        };
+        before.metadata.uid != object.metadata.uid || self.hash(&before) != Some(hash)
+    }
+
+    fn hash(&self, object: &Cached) -> Option<u64> {
+        trigger_hash(object, self.annotations, self.drain_label.as_deref())
+    }
+}
+
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
 /// Pausing or resuming a CR (its annotation) triggers whatever the watch says.
@@ -357,6 +395,33 @@ mod tests {
         assert_eq!(cached.annotations(), &[("a".to_string(), "1".to_string())].into());
         assert_eq!(cached.metadata.managed_fields, None);
         assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
+    }
+
+    #[test]
+    fn a_version_triggers_when_what_triggers_changed_since_the_cached_one() {
+        let kind: Kind =
+            Arc::new(kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("x", "v1", "X")));
+        let mut writer = Writer::new(kind.clone());
+        let triggers = Triggers { store: writer.as_reader(), kind, annotations: false, drain_label: None };
+        let version = |generation: i64, uid: &str, annotations: serde_json::Value| {
+            let mut object = object(generation, annotations);
+            object.metadata.uid = Some(uid.to_string());
+            Cached::from(object)
+        };
+        let mut seen = |cached: Cached| {
+            let event = triggers.mark(watcher::Event::Apply(cached));
+            writer.apply_watcher_event(&event);
+            let watcher::Event::Apply(cached) = event else { unreachable!() };
+            cached.triggers
+        };
+        assert!(seen(version(1, "u1", json!({}))), "the first version");
+        assert!(!seen(version(1, "u1", json!({"a": "1"}))), "an annotation change alone");
+        assert!(seen(version(2, "u1", json!({"a": "1"}))), "a new generation");
+        assert!(seen(version(2, "u2", json!({"a": "1"}))), "another object of the same name");
+        let mut without_generation = version(2, "u2", json!({}));
+        without_generation.metadata.generation = None;
+        assert!(seen(without_generation.clone()));
+        assert!(seen(without_generation), "an object without a generation always triggers");
     }
 
     #[test]
