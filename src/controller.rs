@@ -23,7 +23,6 @@ use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::{self, Context, Settings};
-use crate::run::Budget;
 use crate::watch_errors::WatchErrors;
 use crate::watches::{Gvk, Watch};
 
@@ -80,10 +79,11 @@ impl WatchController {
             .map_err(|source| discovery_error(&gvk, source))?;
         let selector = Selector::try_from(watch.selector.clone())
             .map_err(|source| Error::Selector { gvk: gvk.clone(), source })?;
-        let slots = Budget::new(watch.max_concurrent_reconciles.max(1));
+        let slots = reconcile::Slots::new(watch.max_concurrent_reconciles);
         let ctx = Context {
             client,
             watch,
+            kind: Arc::new(resource.clone()),
             resource,
             namespaced: capabilities.scope == Scope::Namespaced,
             settings,
@@ -160,7 +160,7 @@ impl WatchController {
             selector.extend([membership.selector()]);
         }
         let config = watcher::Config::default().labels_from(&selector);
-        let kind: Kind = Arc::new(ctx.resource.clone());
+        let kind: Kind = ctx.kind.clone();
         let writer = Writer::new(kind.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
@@ -221,13 +221,17 @@ impl WatchController {
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
         let mut controller = Controller::for_stream_with(trigger, reader, kind.clone());
+        // The CRs in line for a slot, when one frees (see `reconcile::Slots`).
+        controller = controller.reconcile_on(ctx.slots.register(namespace));
         if let Some(dependents) = &self.dependents {
             controller = controller.reconcile_on(dependents.register_owner(&kind, namespace));
         }
+        // Room for the running reconciles and for those passing through to get in line: a CR that
+        // finds the watch's slots taken is parked in `Context::slots` (which serves by priority, as
+        // kube-runtime's own limit would not) and its reconcile returns at once.
+        let room = ctx.watch.max_concurrent_reconciles.max(1).saturating_mul(2).saturating_add(8);
         controller
-            // No limit here: every queued CR enters `reconcile`, which waits for one of the watch's
-            // slots (`Context::slots`) by priority; kube-runtime's own limit would serve in order.
-            .with_config(ControllerConfig::default().concurrency(0))
+            .with_config(ControllerConfig::default().concurrency(u16::try_from(room).unwrap_or(u16::MAX)))
             .graceful_shutdown_on(shutdown)
             .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|result| async move {

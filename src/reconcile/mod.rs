@@ -24,6 +24,7 @@ mod plan_run;
 mod run;
 pub mod schedule;
 mod series;
+mod slots;
 mod spec;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
@@ -54,6 +56,7 @@ use plan::{Flags, Step};
 pub use plan_run::{Planned, Planner};
 use schedule::{Startup, StartupResync};
 use series::cr_ref;
+pub use slots::Slots;
 pub use spec::new_ident;
 pub use spec::{
     Inputs, check_reserved, plan_args, run_spec, runner_dir, trusts_cr_variables, unsafe_strings,
@@ -71,6 +74,8 @@ pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action,
         name = cached.name_any(),
         job = %ident,
     );
+    // Taken first: a reconcile that stops before it runs gives the slot back.
+    let held = ctx.slots.take_held(&key);
     if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(cached.labels())) {
         return hand_over(&cached, &ctx, membership).instrument(span).await;
     }
@@ -86,9 +91,22 @@ pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action,
     }
     let paced = is_resync(&ctx, &cached, first_look);
     let priority = priority(&cached);
-    let _slot = ctx.slots.acquire(priority).await;
-    // Boxed: the many reconciles waiting for a slot above stay small.
-    Box::pin(reconcile_admitted(&cached, &ctx, &key, Admitted { paced, priority }, ident, span)).await
+    let target = || {
+        let target = ObjectRef::new_with(&cached.name_any(), ctx.kind.clone());
+        match cached.namespace() {
+            Some(namespace) => target.within(&namespace),
+            None => target,
+        }
+    };
+    let slot = match held.or_else(|| ctx.slots.admit(&key, priority, paced, target)) {
+        Some(slot) => slot,
+        None => {
+            span.in_scope(|| tracing::debug!("every slot is taken: in line for one"));
+            return Ok(Action::await_change());
+        }
+    };
+    let admitted = Admitted { paced: paced || slot.paced, priority };
+    Box::pin(reconcile_admitted(&cached, &ctx, &key, admitted, ident, span)).await
 }
 
 /// How a reconcile that got its slot goes on: whether it passes the resync bucket, and its place
@@ -188,6 +206,7 @@ fn defer_at_startup(object: &Cached, ctx: &Context, first_look: bool) -> Option<
 /// its last run read.
 pub fn forget<K: Resource>(ctx: &Context, object: &K) {
     let key = key_of(object);
+    ctx.slots.forget(&key);
     ctx.seen.forget(&key);
     pause::note(ctx, &key, false);
     ctx.metrics.forget_cr(&cr_ref(ctx, object));
