@@ -11,17 +11,18 @@ use kube::discovery::{self, Scope};
 use kube::error::DiscoveryError;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::cached::{Cached, Kind};
 use crate::decoded::{self, Decoded, Undecodable};
 use crate::health::SyncToken;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::{self, Context, Settings};
-use crate::run::Budget;
 use crate::watch_errors::WatchErrors;
 use crate::watches::{Gvk, Watch};
 
@@ -78,10 +79,11 @@ impl WatchController {
             .map_err(|source| discovery_error(&gvk, source))?;
         let selector = Selector::try_from(watch.selector.clone())
             .map_err(|source| Error::Selector { gvk: gvk.clone(), source })?;
-        let slots = Budget::new(watch.max_concurrent_reconciles.max(1));
+        let slots = reconcile::Slots::new(watch.max_concurrent_reconciles);
         let ctx = Context {
             client,
             watch,
+            kind: Arc::new(resource.clone()),
             resource,
             namespaced: capabilities.scope == Scope::Namespaced,
             settings,
@@ -158,14 +160,20 @@ impl WatchController {
             selector.extend([membership.selector()]);
         }
         let config = watcher::Config::default().labels_from(&selector);
-        let writer = Writer::new(ctx.resource.clone());
+        let kind: Kind = ctx.kind.clone();
+        let writer = Writer::new(kind.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
-        let drain_label = sharding.as_ref().map(|membership| membership.drain_label());
         let cached = sharding.as_ref().map(|membership| {
             crate::metrics::CachedCrs::new(ctx.metrics.clone(), &ctx.gvk_label, &membership.shard)
         });
         let store = reader.clone();
+        let triggers = Triggers {
+            store: reader.clone(),
+            kind: kind.clone(),
+            annotations: annotations_trigger,
+            drain_label: sharding.as_ref().map(|membership| membership.drain_label()),
+        };
         let mut errors = WatchErrors::new(ctx.watch.gvk.to_string(), "CRs of this kind are not reconciled");
         let mut reported = decoded::Reported::default();
         let trigger = watcher(api, config)
@@ -182,7 +190,7 @@ impl WatchController {
                     std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
-            .modify(move |object| slim(object, annotations_trigger))
+            .map_ok(move |event| triggers.mark(cache(event, annotations_trigger)))
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
@@ -208,23 +216,22 @@ impl WatchController {
                 }
             })
             .applied_objects()
-            .predicate_filter(
-                move |object: &DynamicObject| {
-                    trigger_hash(object, annotations_trigger, drain_label.as_deref())
-                },
-                PredicateConfig::default(),
-            );
+            .try_filter(|object| std::future::ready(object.triggers));
         let concurrency = ctx.watch.max_concurrent_reconciles;
         tracing::info!(gvk = %ctx.watch.gvk, namespace = namespace.unwrap_or("*"), concurrency, "watching");
         let shutdown = shutdown.cancelled_owned();
-        let mut controller = Controller::for_stream_with(trigger, reader, ctx.resource.clone());
+        let mut controller = Controller::for_stream_with(trigger, reader, kind.clone());
+        // The CRs in line for a slot, when one frees (see `reconcile::Slots`).
+        controller = controller.reconcile_on(ctx.slots.register(namespace));
         if let Some(dependents) = &self.dependents {
-            controller = controller.reconcile_on(dependents.register_owner(&ctx.resource, namespace));
+            controller = controller.reconcile_on(dependents.register_owner(&kind, namespace));
         }
+        // Room for the running reconciles and for those passing through to get in line: a CR that
+        // finds the watch's slots taken is parked in `Context::slots` (which serves by priority, as
+        // kube-runtime's own limit would not) and its reconcile returns at once.
+        let room = ctx.watch.max_concurrent_reconciles.max(1).saturating_mul(2).saturating_add(8);
         controller
-            // No limit here: every queued CR enters `reconcile`, which waits for one of the watch's
-            // slots (`Context::slots`) by priority; kube-runtime's own limit would serve in order.
-            .with_config(ControllerConfig::default().concurrency(0))
+            .with_config(ControllerConfig::default().concurrency(u16::try_from(room).unwrap_or(u16::MAX)))
             .graceful_shutdown_on(shutdown)
             .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
             .for_each(|result| async move {
@@ -270,7 +277,7 @@ fn report_undecodable(ctx: &Arc<Context>, undecodable: &Undecodable) {
 }
 
 /// A deleted CR's runner directory goes with it (upstream leaves them behind, AOP #47).
-fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
+fn remove_runner_dir(ctx: &Context, object: &Cached) {
     let dir = reconcile::runner_dir(&ctx.settings.runner_dir, &ctx.watch, object);
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => tracing::debug!(dir = %dir.display(), "removed the runner directory of a deleted CR"),
@@ -281,32 +288,71 @@ fn remove_runner_dir(ctx: &Context, object: &DynamicObject) {
     }
 }
 
-/// What the cache keeps of a CR: only what is read before a reconcile's own GET (the key, labels,
-/// annotations, generation, deletion, finalizers, and the conditions that say whether it is
-/// converged). The spec, the rest of the status, managedFields and kubectl's copy of the last
-/// applied object are dropped, so the cache does not grow with the size of the CRs. That copy stays
-/// when annotation changes trigger (`annotations`): a label-only `kubectl apply` changes it.
-fn slim(object: &mut DynamicObject, annotations: bool) {
-    object.managed_fields_mut().clear();
+/// The watch's event with its CR as the cache keeps it (see [`Cached`]).
+fn cache(event: watcher::Event<DynamicObject>, annotations: bool) -> watcher::Event<Cached> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(slim(object, annotations)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(slim(object, annotations)),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(slim(object, annotations)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// The CR as the cache keeps it, without kubectl's copy of the last applied object (as large as
+/// the spec) unless annotation changes trigger (`annotations`): a label-only `kubectl apply`
+/// changes it.
+fn slim(mut object: DynamicObject, annotations: bool) -> Cached {
     if !annotations {
         object.annotations_mut().remove(LAST_APPLIED);
     }
-    let conditions = object.data.pointer_mut("/status/conditions").map(serde_json::Value::take);
-    object.data = match conditions {
-        Some(conditions) => serde_json::json!({"status": {"conditions": conditions}}),
-        None => serde_json::Value::Object(Default::default()),
-    };
+    Cached::from(object)
 }
 
 /// kubectl's copy of the object it last applied: as large as the spec.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Whether each version of a CR the watch brings triggers a run: it does when what
+/// [`trigger_hash`] covers differs from the cached version before it (or there is none, or that
+/// was another object of the same name), as controller-runtime's predicates compare the old and
+/// the new object. Marked on the version before the cache takes it, as [`Cached::triggers`].
+struct Triggers {
+    /// The cache, before it takes the version.
+    store: Store<Cached>,
+    kind: Kind,
+    /// `watchAnnotationsChanges`.
+    annotations: bool,
+    /// With sharding: the sharder's drain label.
+    drain_label: Option<String>,
+}
+
+impl Triggers {
+    fn mark(&self, mut event: watcher::Event<Cached>) -> watcher::Event<Cached> {
+        if let watcher::Event::Apply(object) | watcher::Event::InitApply(object) = &mut event {
+            object.triggers = self.triggers(object);
+        }
+        event
+    }
+
+    fn triggers(&self, object: &Cached) -> bool {
+        let Some(hash) = self.hash(object) else { return true };
+        let Some(before) = self.store.get(&ObjectRef::from_obj_with(object, self.kind.clone())) else {
+            return true;
+        };
+        before.metadata.uid != object.metadata.uid || self.hash(&before) != Some(hash)
+    }
+
+    fn hash(&self, object: &Cached) -> Option<u64> {
+        trigger_hash(object, self.annotations, self.drain_label.as_deref())
+    }
+}
 
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
 /// Pausing or resuming a CR (its annotation) triggers whatever the watch says.
 /// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
 /// CR over.
-fn trigger_hash(object: &DynamicObject, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
+fn trigger_hash<K: Resource>(object: &K, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
     let generation = object.meta().generation?;
     let mut hasher = DefaultHasher::new();
     generation.hash(&mut hasher);
@@ -338,8 +384,8 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_metadata_and_conditions_only() {
-        let mut cached: DynamicObject = serde_json::from_value(json!({
+    fn the_cache_drops_the_last_applied_copy_unless_annotations_trigger() {
+        let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "x/v1", "kind": "X",
             "metadata": {"name": "a", "generation": 2, "labels": {"l": "1"},
                 "annotations": {"a": "1", (LAST_APPLIED): "{\"spec\":{}}"},
@@ -348,24 +394,38 @@ mod tests {
             "status": {"conditions": [{"type": "Successful", "status": "True"}], "big": "x"}
         }))
         .unwrap();
-        let mut watching_annotations = cached.clone();
-        slim(&mut watching_annotations, true);
-        assert!(watching_annotations.annotations().contains_key(LAST_APPLIED));
-        slim(&mut cached, false);
-        assert_eq!(
-            serde_json::to_value(&cached).unwrap(),
-            json!({
-                "apiVersion": "x/v1", "kind": "X",
-                "metadata": {"name": "a", "generation": 2, "labels": {"l": "1"}, "annotations": {"a": "1"},
-                    "managedFields": []},
-                "status": {"conditions": [{"type": "Successful", "status": "True"}]}
-            })
-        );
-        let mut bare: DynamicObject =
-            serde_json::from_value(json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "b"}}))
-                .unwrap();
-        slim(&mut bare, false);
-        assert_eq!(bare.data, json!({}));
+        assert!(slim(object.clone(), true).annotations().contains_key(LAST_APPLIED));
+        let cached = slim(object, false);
+        assert_eq!(cached.annotations(), &[("a".to_string(), "1".to_string())].into());
+        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
+    }
+
+    #[test]
+    fn a_version_triggers_when_what_triggers_changed_since_the_cached_one() {
+        let kind: Kind =
+            Arc::new(kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("x", "v1", "X")));
+        let mut writer = Writer::new(kind.clone());
+        let triggers = Triggers { store: writer.as_reader(), kind, annotations: false, drain_label: None };
+        let version = |generation: i64, uid: &str, annotations: serde_json::Value| {
+            let mut object = object(generation, annotations);
+            object.metadata.uid = Some(uid.to_string());
+            Cached::from(object)
+        };
+        let mut seen = |cached: Cached| {
+            let event = triggers.mark(watcher::Event::Apply(cached));
+            writer.apply_watcher_event(&event);
+            let watcher::Event::Apply(cached) = event else { unreachable!() };
+            cached.triggers
+        };
+        assert!(seen(version(1, "u1", json!({}))), "the first version");
+        assert!(!seen(version(1, "u1", json!({"a": "1"}))), "an annotation change alone");
+        assert!(seen(version(2, "u1", json!({"a": "1"}))), "a new generation");
+        assert!(seen(version(2, "u2", json!({"a": "1"}))), "another object of the same name");
+        let mut without_generation = version(2, "u2", json!({}));
+        without_generation.metadata.generation = None;
+        assert!(seen(without_generation.clone()));
+        assert!(seen(without_generation), "an object without a generation always triggers");
     }
 
     #[test]

@@ -249,7 +249,7 @@ pub fn object_name(meta: &ObjectMeta) -> String {
 }
 
 /// Whether `object` is a stand-in for an undecodable CR.
-pub fn is_stand_in(object: &DynamicObject) -> bool {
+pub fn is_stand_in<K: Resource>(object: &K) -> bool {
     object.annotations().contains_key(UNDECODABLE)
 }
 

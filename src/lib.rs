@@ -7,6 +7,7 @@ pub mod access;
 pub mod admission;
 pub mod api;
 pub mod app;
+pub mod cached;
 pub mod cli;
 pub mod controller;
 pub mod decoded;

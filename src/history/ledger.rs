@@ -16,6 +16,8 @@ pub type CrKey = (String, String, Option<String>, String);
 struct Entry {
     dependent: Option<Dependent>,
     scheduled: Option<Scheduled>,
+    /// Kept across runs (a run's start replaces it), unlike the two above, which a run takes.
+    seen: Option<Seen>,
 }
 
 /// What a run saw of its CR, as hashes: enough to tell that the CR changed since.
@@ -28,12 +30,11 @@ pub struct Seen {
     pub content: u64,
 }
 
-/// The remembered reasons, per CR.
+/// The remembered reasons, per CR: one entry each, as a converged CR has its scheduled resync and
+/// what its last run saw.
 #[derive(Debug, Default)]
 pub struct Ledger {
     entries: Mutex<HashMap<CrKey, Entry>>,
-    /// Kept across runs (a run's start replaces it), unlike the entries, which a run takes.
-    seen: Mutex<HashMap<CrKey, Seen>>,
 }
 
 impl Ledger {
@@ -49,8 +50,13 @@ impl Ledger {
 
     /// Takes what is remembered of the CR, as a run starts.
     pub fn take(&self, cr: &CrKey) -> (Option<Dependent>, Option<Scheduled>) {
-        let entry = self.lock().remove(cr).unwrap_or_default();
-        (entry.dependent, entry.scheduled)
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(cr) else { return (None, None) };
+        let taken = (entry.dependent.take(), entry.scheduled.take());
+        if entry.seen.is_none() {
+            entries.remove(cr);
+        }
+        taken
     }
 
     /// Whether the CR's next run is a plain periodic resync: the last run scheduled one and no
@@ -64,13 +70,12 @@ impl Ledger {
     /// A run starts on the CR as `seen`; returns what the previous run saw (`None`: none since
     /// the operator started).
     pub fn saw(&self, cr: CrKey, seen: Seen) -> Option<Seen> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(cr, seen)
+        self.lock().entry(cr).or_default().seen.replace(seen)
     }
 
     /// Forgets a CR that is gone.
     pub fn forget(&self, cr: &CrKey) {
         self.lock().remove(cr);
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).remove(cr);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CrKey, Entry>> {

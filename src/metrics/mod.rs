@@ -185,7 +185,7 @@ impl Metrics {
     }
 
     /// Sets the per-CR condition series of `cr` (type, whether `True`); types it no longer carries go.
-    pub fn cr_conditions<'a>(&self, cr: &CrRef, conditions: impl IntoIterator<Item = (&'a str, bool)>) {
+    pub fn cr_conditions(&self, cr: &CrRef, conditions: impl IntoIterator<Item = (&'static str, bool)>) {
         if let Some(crs) = &self.crs {
             crs.set_conditions(cr, conditions);
         }

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::owner::{PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE};
+use crate::cached::{Cached, Kind};
 use crate::decoded::{self, Decoded};
 use crate::history::Ledger;
 use crate::history::ledger::CrKey;
@@ -26,11 +27,11 @@ use crate::watch_errors::WatchErrors;
 pub type OwnerKind = (String, String);
 
 /// Requests to reconcile a CR, delivered to its controller.
-pub type Trigger = ObjectRef<DynamicObject>;
+pub type Trigger = ObjectRef<Cached>;
 
 /// Where triggers for one owner kind go.
 struct OwnerRoute {
-    resource: ApiResource,
+    resource: Kind,
     /// Per watched namespace (`None`: all namespaces), the controller's trigger channel.
     senders: Vec<(Option<String>, mpsc::UnboundedSender<Trigger>)>,
 }
@@ -70,7 +71,7 @@ impl Dependents {
     /// Registers a controller of an owner kind for one namespace scope and returns its trigger stream.
     pub fn register_owner(
         &self,
-        resource: &ApiResource,
+        resource: &Kind,
         namespace: Option<&str>,
     ) -> impl futures::Stream<Item = Trigger> + Send + 'static + use<> {
         let (sender, receiver) = mpsc::unbounded_channel();

@@ -12,12 +12,14 @@ use kube::runtime::controller::Action;
 use super::backoff;
 use super::pace::Pacer;
 use super::schedule::{Jitter, Seen, StartupResync};
+use super::slots::Slots;
+use crate::cached::Kind;
 use crate::go_duration;
 use crate::kubeapi;
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::remote;
-use crate::run::{Budget, Door};
+use crate::run::Door;
 use crate::runner::{self, Inventory};
 use crate::status;
 use crate::vars;
@@ -82,6 +84,8 @@ pub struct Context {
     pub watch: Watch,
     /// The kind's API resource, from discovery.
     pub resource: ApiResource,
+    /// The same, shared by the controller's cache and queue (see [`crate::cached`]).
+    pub kind: Kind,
     /// Whether the kind is namespaced.
     pub namespaced: bool,
     /// Process-wide settings.
@@ -91,7 +95,7 @@ pub struct Context {
     /// The watch's `maxConcurrentReconciles`, shared by its namespaces: new and changed CRs get a
     /// slot before resyncs of converged ones (so a CR created during a restart's resyncs does not
     /// queue behind them).
-    pub slots: Arc<Budget>,
+    pub slots: Arc<Slots>,
     /// The CRs looked at since the operator started (their first look is the start-up run).
     pub seen: Seen,
     /// The watch's paused CRs.

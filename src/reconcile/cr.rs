@@ -1,8 +1,8 @@
 //! The reconciled CR through the API: which `Api` reaches it, reading it, setting or dropping our
 //! finalizer, and where its status goes.
 
-use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::{Context, Error};
@@ -26,7 +26,7 @@ pub struct StatusTarget<'a> {
 }
 
 /// The API of the CR's kind, in its namespace when the kind is namespaced.
-pub fn api_for(ctx: &Context, object: &DynamicObject) -> Api<DynamicObject> {
+pub fn api_for<K: Resource>(ctx: &Context, object: &K) -> Api<DynamicObject> {
     match object.namespace().filter(|_| ctx.namespaced) {
         Some(namespace) => Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.resource),
         None => Api::all_with(ctx.client.clone(), &ctx.resource),
@@ -34,7 +34,7 @@ pub fn api_for(ctx: &Context, object: &DynamicObject) -> Api<DynamicObject> {
 }
 
 /// `namespace/name` (or `name` for cluster-scoped CRs).
-pub fn key_of(object: &DynamicObject) -> String {
+pub fn key_of<K: Resource>(object: &K) -> String {
     match object.namespace() {
         Some(namespace) => format!("{namespace}/{}", object.name_any()),
         None => object.name_any(),

@@ -49,7 +49,7 @@ pub struct Journal {
 }
 
 /// The CR as the ledger keys it.
-pub fn cr_key(ctx: &Context, object: &DynamicObject) -> CrKey {
+pub fn cr_key<K: Resource>(ctx: &Context, object: &K) -> CrKey {
     (ctx.watch.gvk.group.clone(), ctx.watch.gvk.kind.clone(), object.namespace(), object.name_any())
 }
 
@@ -192,7 +192,7 @@ fn follow_reads(ctx: &Context, object: &DynamicObject, trigger: &Trigger, reads:
 }
 
 /// A deleted CR's reads are no longer followed.
-pub fn forget_reads(ctx: &Context, object: &DynamicObject) {
+pub fn forget_reads<K: Resource>(ctx: &Context, object: &K) {
     if let Some(read_watches) = ctx.proxy.read_watches() {
         read_watches.forget(&cr_key(ctx, object));
     }
@@ -298,7 +298,7 @@ fn record(
 }
 
 /// A failed reconcile will be retried: the retry is attempt `failures + 1`.
-pub fn retry_scheduled(ctx: &Context, object: &DynamicObject, failures: u32) {
+pub fn retry_scheduled<K: Resource>(ctx: &Context, object: &K, failures: u32) {
     ctx.settings.ledger.scheduled(cr_key(ctx, object), Scheduled::Retry { attempt: failures + 1 });
 }
 

@@ -24,16 +24,19 @@ mod plan_run;
 mod run;
 pub mod schedule;
 mod series;
+mod slots;
 mod spec;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
+use crate::cached::Cached;
 use crate::go_duration;
 use crate::history::trigger::Scheduled;
 use crate::logging::error_chain;
@@ -53,54 +56,85 @@ use plan::{Flags, Step};
 pub use plan_run::{Planned, Planner};
 use schedule::{Startup, StartupResync};
 use series::cr_ref;
+pub use slots::Slots;
 pub use spec::new_ident;
 pub use spec::{
     Inputs, check_reserved, plan_args, run_spec, runner_dir, trusts_cr_variables, unsafe_strings,
 };
 
-/// Reconciles one CR. Called by the controller, at most once at a time per CR.
-pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let key = key_of(&object);
+/// Reconciles one CR, as the controller's cache has it. Called by the controller, at most once at a
+/// time per CR.
+pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = key_of(&*cached);
     let ident = new_ident();
     let span = tracing::info_span!(
         "reconcile",
         gvk = %ctx.watch.gvk,
-        namespace = object.namespace().unwrap_or_default(),
-        name = object.name_any(),
+        namespace = cached.namespace().unwrap_or_default(),
+        name = cached.name_any(),
         job = %ident,
     );
-    if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(object.labels())) {
-        return hand_over(&object, &ctx, membership).instrument(span).await;
+    // Taken first: a reconcile that stops before it runs gives the slot back.
+    let held = ctx.slots.take_held(&key);
+    if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(cached.labels())) {
+        return hand_over(&cached, &ctx, membership).instrument(span).await;
     }
     let first_look = ctx.seen.first(&key);
     // Before the start-up deferral, so a CR resumed after a restart runs at once.
-    let paused = plan::paused(&object, &ctx.watch);
+    let paused = plan::paused(&*cached, &ctx.watch);
     pause::note(&ctx, &key, paused);
     if paused {
-        return pause::pause(&object, &ctx, &key).instrument(span).await.map(Action::from);
+        return pause::pause(&cached, &ctx, &key).instrument(span).await.map(Action::from);
     }
-    if let Some(next) = span.in_scope(|| defer_at_startup(&object, &ctx, first_look)) {
+    if let Some(next) = span.in_scope(|| defer_at_startup(&cached, &ctx, first_look)) {
         return Ok(next.into());
     }
-    let paced = is_resync(&ctx, &object, first_look);
-    let _slot = ctx.slots.acquire(priority(&object)).await;
-    // Boxed: the many reconciles waiting for a slot above stay small.
-    Box::pin(reconcile_admitted(&object, &ctx, &key, paced, ident, span)).await
+    let paced = is_resync(&ctx, &cached, first_look);
+    let priority = priority(&cached);
+    let target = || {
+        let target = ObjectRef::new_with(&cached.name_any(), ctx.kind.clone());
+        match cached.namespace() {
+            Some(namespace) => target.within(&namespace),
+            None => target,
+        }
+    };
+    let slot = match held.or_else(|| ctx.slots.admit(&key, priority, paced, target)) {
+        Some(slot) => slot,
+        None => {
+            span.in_scope(|| tracing::debug!("every slot is taken: in line for one"));
+            return Ok(Action::await_change());
+        }
+    };
+    let admitted = Admitted { paced: paced || slot.paced, priority };
+    Box::pin(reconcile_admitted(&cached, &ctx, &key, admitted, ident, span)).await
+}
+
+/// How a reconcile that got its slot goes on: whether it passes the resync bucket, and its place
+/// in the run budget.
+#[derive(Debug, Clone, Copy)]
+struct Admitted {
+    /// A resync (see [`is_resync`]).
+    paced: bool,
+    /// See [`priority`].
+    priority: Priority,
 }
 
 /// A reconcile that holds one of the watch's slots: its steps, its journal, its metrics.
 async fn reconcile_admitted(
-    object: &DynamicObject,
+    cached: &Cached,
     ctx: &Context,
     key: &str,
-    paced: bool,
+    admitted: Admitted,
     ident: String,
     span: tracing::Span,
 ) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_started(&ctx.gvk_label, &ctx.controller_label);
     let mut journal = Journal::default();
-    let result =
-        reconcile_inner(object, ctx, key, paced, ident.clone(), &mut journal).instrument(span.clone()).await;
+    // The cached CR's metadata: the steps read the CR itself once they pass the run budget.
+    let object = &cached.to_object(&ctx.resource);
+    let result = reconcile_inner(object, ctx, key, admitted, ident.clone(), &mut journal)
+        .instrument(span.clone())
+        .await;
     journal::finish(ctx, object, &ident, journal, &result).instrument(span.clone()).await;
     let _entered = span.enter();
     match result {
@@ -122,7 +156,7 @@ async fn reconcile_admitted(
 /// runs one reconcile per CR at a time, and this is one), so drop its shard and drain labels. The
 /// CR then leaves this replica's watch, and the sharder gives it to its new shard.
 async fn hand_over(
-    object: &DynamicObject,
+    object: &Cached,
     ctx: &Context,
     membership: &crate::sharding::Membership,
 ) -> Result<Action, Error> {
@@ -142,7 +176,7 @@ async fn hand_over(
 /// With `--startup-resync=due`, the first look at a converged CR since the operator started: nothing
 /// runs (no reconcile is counted, no record or Event written), its resync is scheduled at its last
 /// confirmation plus its period with jitter. An overdue one runs now, as a resync.
-fn defer_at_startup(object: &DynamicObject, ctx: &Context, first_look: bool) -> Option<Next> {
+fn defer_at_startup(object: &Cached, ctx: &Context, first_look: bool) -> Option<Next> {
     if ctx.settings.startup_resync == StartupResync::All || !first_look {
         return None;
     }
@@ -170,8 +204,9 @@ fn defer_at_startup(object: &DynamicObject, ctx: &Context, first_look: bool) -> 
 
 /// Forgets a deleted CR: its first look, its place among the paused CRs, its per-CR series, what
 /// its last run read.
-pub fn forget(ctx: &Context, object: &DynamicObject) {
+pub fn forget<K: Resource>(ctx: &Context, object: &K) {
     let key = key_of(object);
+    ctx.slots.forget(&key);
     ctx.seen.forget(&key);
     pause::note(ctx, &key, false);
     ctx.metrics.forget_cr(&cr_ref(ctx, object));
@@ -180,10 +215,10 @@ pub fn forget(ctx: &Context, object: &DynamicObject) {
 }
 
 /// The controller's error policy: retry with per-CR exponential backoff.
-pub fn error_policy(object: Arc<DynamicObject>, _error: &Error, ctx: Arc<Context>) -> Action {
-    let key = key_of(&object);
+pub fn error_policy(object: Arc<Cached>, _error: &Error, ctx: Arc<Context>) -> Action {
+    let key = key_of(&*object);
     let delay = ctx.backoff.failed(&key);
-    journal::retry_scheduled(&ctx, &object, ctx.backoff.count(&key));
+    journal::retry_scheduled(&ctx, &*object, ctx.backoff.count(&key));
     Action::requeue(delay)
 }
 
@@ -192,7 +227,7 @@ async fn reconcile_inner(
     object: &DynamicObject,
     ctx: &Context,
     key: &str,
-    paced: bool,
+    admitted: Admitted,
     ident: String,
     journal: &mut Journal,
 ) -> Result<Next, Error> {
@@ -200,7 +235,7 @@ async fn reconcile_inner(
     let name = object.name_any();
     // Wait for the run budget before reading the CR: everything below (the spec the run gets, the
     // generation its status names) comes from one read made after the wait.
-    let permit = wait_for_budget(ctx, object, paced).await;
+    let permit = wait_for_budget(ctx, admitted).await;
     let Some(mut current) = cr::get(&api, &name, key).await? else {
         return Ok(Next::AwaitChange);
     };
@@ -255,15 +290,15 @@ async fn reconcile_inner(
 
 /// Passes the resync bucket (`--max-resyncs-per-second`) when `paced` (see [`is_resync`]), then
 /// waits for a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile.
-async fn wait_for_budget(ctx: &Context, object: &DynamicObject, paced: bool) -> Permit {
-    let periodic = if paced { Priority::Resync } else { Priority::Urgent };
+async fn wait_for_budget(ctx: &Context, admitted: Admitted) -> Permit {
+    let periodic = if admitted.paced { Priority::Resync } else { Priority::Urgent };
     ctx.settings.resync_pacer.pass(periodic, || ctx.metrics.resync_waiting()).await;
     let _waiting = ctx.metrics.waiting();
-    ctx.settings.door.lanes().reconcile_permit(priority(object)).await
+    ctx.settings.door.lanes().reconcile_permit(admitted.priority).await
 }
 
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.
-fn priority(object: &DynamicObject) -> Priority {
+fn priority(object: &Cached) -> Priority {
     if schedule::converged(object) { Priority::Resync } else { Priority::Urgent }
 }
 
@@ -271,7 +306,7 @@ fn priority(object: &DynamicObject) -> Priority {
 /// left it, and this is its start-up run (every such CR with the default `--startup-resync=all`, so
 /// a restart is paced too) or its periodic resync (not a dependent change, a manual request, a
 /// retry or `requeue_after`).
-fn is_resync(ctx: &Context, object: &DynamicObject, first_look: bool) -> bool {
+fn is_resync(ctx: &Context, object: &Cached, first_look: bool) -> bool {
     schedule::settled(object).is_some()
         && (first_look || ctx.settings.ledger.resync_scheduled(&journal::cr_key(ctx, object)))
 }

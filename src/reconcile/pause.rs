@@ -4,11 +4,11 @@
 //! record written: pausing happens before any of that.
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 
 use super::context::{Context, Error, Next};
 use super::cr::api_for;
-use crate::status::{self, Transition, conditions};
+use crate::cached::Cached;
+use crate::status::{self, Transition};
 
 /// Notes whether the CR `key` is paused, updating the watch's gauge when that changed (a deleted
 /// CR is noted as not paused).
@@ -19,10 +19,10 @@ pub fn note(ctx: &Context, key: &str, paused: bool) {
 }
 
 /// The reconcile of a paused CR: its `Paused` condition (once), and nothing else until it changes.
-pub async fn pause(object: &DynamicObject, ctx: &Context, key: &str) -> Result<Next, Error> {
+pub async fn pause(object: &Cached, ctx: &Context, key: &str) -> Result<Next, Error> {
     note(ctx, key, true);
     ctx.backoff.reset(key);
-    if ctx.watch.manage_status && !is_marked(object) {
+    if ctx.watch.manage_status && !object.standing.paused() {
         let api = api_for(ctx, object);
         let written = status::write(
             &api,
@@ -40,9 +40,4 @@ pub async fn pause(object: &DynamicObject, ctx: &Context, key: &str) -> Result<N
         tracing::debug!("paused: nothing runs");
     }
     Ok(Next::AwaitChange)
-}
-
-/// Whether the CR's `Paused` condition is already `True`.
-fn is_marked(object: &DynamicObject) -> bool {
-    status::conditions_of(object).iter().any(|c| c["type"] == conditions::PAUSED && c["status"] == "True")
 }

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
 use super::annotations::{self, Bounded};
@@ -101,14 +101,14 @@ pub fn plan(object: &DynamicObject, watch: &Watch, flags: Flags) -> Result<Plan,
 /// Whether `object` is paused: its annotation says so, and it is not being deleted with our
 /// finalizer on it (a paused CR is still finalized). Needs no more than the cached copy, so the
 /// reconcile decides it before it counts as one.
-pub fn paused(object: &DynamicObject, watch: &Watch) -> bool {
+pub fn paused<K: Resource>(object: &K, watch: &Watch) -> bool {
     let finalizer = watch.finalizer.as_ref().map(|f| f.name.as_str());
     annotations::paused(object.annotations())
-        && matches!(decide::before(&object.metadata, finalizer), Before::Run { .. })
+        && matches!(decide::before(object.meta(), finalizer), Before::Run { .. })
 }
 
 /// The requeue period of `object`; `None` when its annotation is not a duration (its run fails).
-pub fn period(object: &DynamicObject, watch: &Watch, flags: Flags) -> Option<Duration> {
+pub fn period<K: Resource>(object: &K, watch: &Watch, flags: Flags) -> Option<Duration> {
     let annotation = annotations::reconcile_period(object.annotations()).ok()?;
     Some(period_or_default(annotation, watch, flags))
 }

@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::annotations;
+use crate::cached::Cached;
 use crate::status::{self, conditions};
 
 /// `--startup-resync`: what the operator does with each CR when it starts.
@@ -85,10 +86,52 @@ pub enum Startup {
     OnChange,
 }
 
-/// Decides the first look at `object` from its status, its reconcile `period` and a jitter `draw`
+/// What a CR's conditions say about its last runs, read once as the controller's cache takes the CR
+/// (see [`crate::cached`]): whether it converged, since when, and whether it is marked paused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Standing {
+    /// Its `Successful=True` condition names its generation.
+    successful: bool,
+    /// When it was last confirmed (with `successful`): its last run's completion (the `Running`
+    /// condition's `ansibleResult.completion`), else when it became `Successful`; `None` when that
+    /// is not a time.
+    confirmed: Option<Timestamp>,
+    /// Its `Paused` condition is `True`.
+    paused: bool,
+}
+
+impl Standing {
+    /// Reads the standing of `object` from its conditions.
+    pub fn of(object: &DynamicObject) -> Self {
+        let conditions = status::conditions_of(object);
+        let successful = conditions.iter().find(|c| {
+            c["type"] == conditions::SUCCESSFUL
+                && c["status"] == "True"
+                && c["observedGeneration"].as_i64() == object.metadata.generation
+        });
+        let confirmed = successful.and_then(|successful| {
+            let completion = conditions
+                .iter()
+                .find(|c| c["type"] == conditions::RUNNING)
+                .and_then(|c| c["ansibleResult"]["completion"].as_str());
+            completion
+                .or_else(|| successful["lastTransitionTime"].as_str())
+                .and_then(|time| time.parse::<Timestamp>().ok())
+        });
+        let paused = conditions.iter().any(|c| c["type"] == conditions::PAUSED && c["status"] == "True");
+        Standing { successful: successful.is_some(), confirmed, paused }
+    }
+
+    /// Whether its `Paused` condition is already `True`.
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+}
+
+/// Decides the first look at `cr` from its status, its reconcile `period` and a jitter `draw`
 /// (see [`Jitter::draw`]), at `now`.
-pub fn at_startup(object: &DynamicObject, period: Duration, draw: f64, now: Timestamp) -> Startup {
-    let Some(confirmed) = settled(object) else { return Startup::Run };
+pub fn at_startup(cr: &Cached, period: Duration, draw: f64, now: Timestamp) -> Startup {
+    let Some(confirmed) = settled(cr) else { return Startup::Run };
     if period.is_zero() {
         return Startup::OnChange;
     }
@@ -101,38 +144,21 @@ pub fn at_startup(object: &DynamicObject, period: Duration, draw: f64, now: Time
 }
 
 /// Whether the CR's last run succeeded for its current generation and it is not being deleted.
-pub fn converged(object: &DynamicObject) -> bool {
-    object.metadata.deletion_timestamp.is_none() && successful(object).is_some()
+pub fn converged(cr: &Cached) -> bool {
+    cr.metadata.deletion_timestamp.is_none() && cr.standing.successful
 }
 
-/// When a converged CR was last confirmed: its last run's completion (the `Running` condition's
-/// `ansibleResult.completion`), else when it became `Successful`. `None` when it is not converged,
+/// When a converged CR was last confirmed (see [`Standing`]). `None` when it is not converged,
 /// has no such time, or a manual request for a run came after it.
-pub fn settled(object: &DynamicObject) -> Option<Timestamp> {
-    if object.metadata.deletion_timestamp.is_some() {
+pub fn settled(cr: &Cached) -> Option<Timestamp> {
+    if !converged(cr) {
         return None;
     }
-    let successful = successful(object)?;
-    let completion = status::conditions_of(object)
-        .iter()
-        .find(|c| c["type"] == conditions::RUNNING)
-        .and_then(|c| c["ansibleResult"]["completion"].as_str());
-    let confirmed = completion
-        .or_else(|| successful["lastTransitionTime"].as_str())
-        .and_then(|time| time.parse::<Timestamp>().ok())?;
-    let asked = annotations::reconcile_request(object.annotations())
+    let confirmed = cr.standing.confirmed?;
+    let asked = annotations::reconcile_request(cr.annotations())
         .and_then(|request| request.at.parse::<Timestamp>().ok())
         .is_some_and(|at| at > confirmed);
     (!asked).then_some(confirmed)
-}
-
-/// The `Successful=True` condition, when it names the CR's current generation.
-fn successful(object: &DynamicObject) -> Option<&serde_json::Value> {
-    status::conditions_of(object).iter().find(|c| {
-        c["type"] == conditions::SUCCESSFUL
-            && c["status"] == "True"
-            && c["observedGeneration"].as_i64() == object.metadata.generation
-    })
 }
 
 /// The CRs a controller has looked at since the operator started.
@@ -168,15 +194,16 @@ mod tests {
         time.parse().expect("a timestamp")
     }
 
-    /// A CR at generation 2 with these conditions and extra metadata.
-    fn cr(conditions: Value, metadata: Value) -> DynamicObject {
+    /// A CR at generation 2 with these conditions and extra metadata, as the cache keeps it.
+    fn cr(conditions: Value, metadata: Value) -> Cached {
         let mut meta = json!({"name": "a", "namespace": "ns", "generation": 2});
         meta.as_object_mut().unwrap().extend(metadata.as_object().cloned().unwrap_or_default());
-        serde_json::from_value(json!({
+        let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "example.com/v1", "kind": "K",
             "metadata": meta, "status": {"conditions": conditions},
         }))
-        .expect("a CR")
+        .expect("a CR");
+        Cached::from(object)
     }
 
     fn succeeded(generation: i64) -> Value {
@@ -189,7 +216,7 @@ mod tests {
         ])
     }
 
-    fn converged_cr() -> DynamicObject {
+    fn converged_cr() -> Cached {
         cr(succeeded(2), json!({}))
     }
 
@@ -267,6 +294,25 @@ mod tests {
         assert_eq!(at_startup(&asked, HOUR, 0.0, at("2026-11-21T05:40:00Z")), Startup::Run);
         let served = cr(succeeded(2), request("2026-11-21T05:00:00Z"));
         assert!(matches!(at_startup(&served, HOUR, 0.0, at("2026-11-21T05:40:00Z")), Startup::Later(_)));
+    }
+
+    #[test]
+    fn the_standing_says_whether_the_cr_is_marked_paused() {
+        let paused = json!([{"type": "Paused", "status": "True", "observedGeneration": 2}]);
+        assert!(cr(paused, json!({})).standing.paused());
+        let resumed = json!([{"type": "Paused", "status": "False", "observedGeneration": 2}]);
+        assert!(!cr(resumed, json!({})).standing.paused());
+        assert!(!converged_cr().standing.paused());
+    }
+
+    #[test]
+    fn a_completion_that_is_not_a_time_leaves_the_cr_unconfirmed() {
+        let mut conditions = succeeded(2);
+        conditions[0]["ansibleResult"]["completion"] = json!("soon");
+        let unconfirmed = cr(conditions, json!({}));
+        assert!(converged(&unconfirmed));
+        assert_eq!(settled(&unconfirmed), None);
+        assert_eq!(at_startup(&unconfirmed, HOUR, 0.0, at(COMPLETION)), Startup::Run);
     }
 
     #[test]

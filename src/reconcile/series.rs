@@ -1,15 +1,15 @@
 //! The CR's own metric series (`--cr-metrics`): the status of each of our conditions as a status
 //! write left them, and how its runs end (last success, failures since).
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 
 use super::context::Context;
 use crate::metrics::CrRef;
 use crate::status::{self, conditions::OURS};
 
 /// The CR as its series name it.
-pub fn cr_ref(ctx: &Context, object: &DynamicObject) -> CrRef {
+pub fn cr_ref<K: Resource>(ctx: &Context, object: &K) -> CrRef {
     CrRef {
         group: ctx.watch.gvk.group.clone(),
         kind: ctx.watch.gvk.kind.clone(),
@@ -21,7 +21,8 @@ pub fn cr_ref(ctx: &Context, object: &DynamicObject) -> CrRef {
 /// Exposes the conditions of ours that `written` (the CR as a status write returned it) carries.
 pub fn conditions(ctx: &Context, written: &DynamicObject) {
     let ours = status::conditions_of(written).iter().filter_map(|condition| {
-        let kind = condition["type"].as_str().filter(|kind| OURS.contains(kind))?;
+        let kind = condition["type"].as_str()?;
+        let kind = OURS.iter().copied().find(|ours| *ours == kind)?;
         Some((kind, condition["status"] == "True"))
     });
     ctx.metrics.cr_conditions(&cr_ref(ctx, written), ours);

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value};
 
 use super::annotations::{self, Bounded};
@@ -181,7 +181,7 @@ pub fn unsafe_strings(watch: &Watch, trust_by_default: bool) -> vars::UnsafeStri
 
 /// `<runner dir>/<group>/<version>/<kind>/<namespace>/<name>`, as upstream (no namespace segment
 /// for cluster-scoped CRs).
-pub fn runner_dir(root: &Path, watch: &Watch, object: &DynamicObject) -> PathBuf {
+pub fn runner_dir<K: Resource>(root: &Path, watch: &Watch, object: &K) -> PathBuf {
     let gvk = &watch.gvk;
     let mut dir = root.join(&gvk.group).join(&gvk.version).join(&gvk.kind);
     if let Some(namespace) = object.namespace() {

@@ -155,9 +155,9 @@ fn label_value(text: &str) -> String {
 /// The owner's half of the handover: drop the shard and drain labels of `object`, which this replica
 /// no longer runs (the controller calls this only between runs of the CR). The write carries the
 /// `resourceVersion` read, so it fails rather than drop labels the sharder changed meanwhile.
-pub async fn acknowledge_drain(
+pub async fn acknowledge_drain<K: Resource>(
     api: &Api<DynamicObject>,
-    object: &DynamicObject,
+    object: &K,
     membership: &Membership,
 ) -> Result<()> {
     let key = format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any());
