@@ -276,6 +276,7 @@ class _Build:
             self.clean = self.clean and _process_state() == before
 
     def record(self, name: str) -> Stashed:
+        """What is known of `name`'s import so far (its payload file and digest from the start)."""
         if name not in self.records:
             member = next((m for m in _candidates(name) if m in self.files), None)
             digest = self.files.get(member) if member else None
@@ -283,6 +284,7 @@ class _Build:
         return self.records[name]
 
     def read_env(self, key: str, value: str | None) -> None:
+        """The modules running read variable `key` and found `value` (None: unset)."""
         for name in self.running:
             self.record(name).env.setdefault(key, value)
 
@@ -293,6 +295,7 @@ class _Build:
                 self.record(running).deps.add(name)
 
     def missing(self, name: str) -> None:
+        """The modules running looked for `name`, and the payload has no file for it."""
         for running in self.running:
             self.record(running).absent.update(_candidates(name))
 
