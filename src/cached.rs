@@ -11,12 +11,13 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use jiff::Timestamp;
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta};
 use kube::core::{DynamicResourceScope, TypeMeta};
 use serde::{Deserialize, Deserializer};
 
-use crate::reconcile::schedule::Standing;
+use crate::status::{self, conditions};
 
 /// The kind of a cached CR, shared.
 pub type Kind = Arc<ApiResource>;
@@ -51,6 +52,58 @@ impl Cached {
             metadata: self.metadata.clone(),
             data: serde_json::Value::Object(Default::default()),
         }
+    }
+}
+
+/// What a CR's conditions say about its last runs, read once as the controller's cache takes the CR
+/// (see [`Cached`]): whether it converged, since when, and whether it is marked paused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Standing {
+    /// Its `Successful=True` condition names its generation.
+    successful: bool,
+    /// When it was last confirmed (with `successful`): its last run's completion (the `Running`
+    /// condition's `ansibleResult.completion`), else when it became `Successful`; `None` when that
+    /// is not a time.
+    confirmed: Option<Timestamp>,
+    /// Its `Paused` condition is `True`.
+    paused: bool,
+}
+
+impl Standing {
+    /// Reads the standing of `object` from its conditions.
+    pub fn of(object: &DynamicObject) -> Self {
+        let conditions = status::conditions_of(object);
+        let successful = conditions.iter().find(|c| {
+            c["type"] == conditions::SUCCESSFUL
+                && c["status"] == "True"
+                && c["observedGeneration"].as_i64() == object.metadata.generation
+        });
+        let confirmed = successful.and_then(|successful| {
+            let completion = conditions
+                .iter()
+                .find(|c| c["type"] == conditions::RUNNING)
+                .and_then(|c| c["ansibleResult"]["completion"].as_str());
+            completion
+                .or_else(|| successful["lastTransitionTime"].as_str())
+                .and_then(|time| time.parse::<Timestamp>().ok())
+        });
+        let paused = conditions.iter().any(|c| c["type"] == conditions::PAUSED && c["status"] == "True");
+        Standing { successful: successful.is_some(), confirmed, paused }
+    }
+
+    /// Whether its `Paused` condition is already `True`.
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether its `Successful=True` condition names its generation.
+    pub fn successful(&self) -> bool {
+        self.successful
+    }
+
+    /// When it was last confirmed, with [`Standing::successful`].
+    pub fn confirmed(&self) -> Option<Timestamp> {
+        self.confirmed
     }
 }
 

@@ -9,11 +9,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 
 use super::annotations;
 use crate::cached::Cached;
-use crate::status::{self, conditions};
 
 /// `--startup-resync`: what the operator does with each CR when it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -86,48 +84,6 @@ pub enum Startup {
     OnChange,
 }
 
-/// What a CR's conditions say about its last runs, read once as the controller's cache takes the CR
-/// (see [`crate::cached`]): whether it converged, since when, and whether it is marked paused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Standing {
-    /// Its `Successful=True` condition names its generation.
-    successful: bool,
-    /// When it was last confirmed (with `successful`): its last run's completion (the `Running`
-    /// condition's `ansibleResult.completion`), else when it became `Successful`; `None` when that
-    /// is not a time.
-    confirmed: Option<Timestamp>,
-    /// Its `Paused` condition is `True`.
-    paused: bool,
-}
-
-impl Standing {
-    /// Reads the standing of `object` from its conditions.
-    pub fn of(object: &DynamicObject) -> Self {
-        let conditions = status::conditions_of(object);
-        let successful = conditions.iter().find(|c| {
-            c["type"] == conditions::SUCCESSFUL
-                && c["status"] == "True"
-                && c["observedGeneration"].as_i64() == object.metadata.generation
-        });
-        let confirmed = successful.and_then(|successful| {
-            let completion = conditions
-                .iter()
-                .find(|c| c["type"] == conditions::RUNNING)
-                .and_then(|c| c["ansibleResult"]["completion"].as_str());
-            completion
-                .or_else(|| successful["lastTransitionTime"].as_str())
-                .and_then(|time| time.parse::<Timestamp>().ok())
-        });
-        let paused = conditions.iter().any(|c| c["type"] == conditions::PAUSED && c["status"] == "True");
-        Standing { successful: successful.is_some(), confirmed, paused }
-    }
-
-    /// Whether its `Paused` condition is already `True`.
-    pub fn paused(&self) -> bool {
-        self.paused
-    }
-}
-
 /// Decides the first look at `cr` from its status, its reconcile `period` and a jitter `draw`
 /// (see [`Jitter::draw`]), at `now`.
 pub fn at_startup(cr: &Cached, period: Duration, draw: f64, now: Timestamp) -> Startup {
@@ -145,16 +101,16 @@ pub fn at_startup(cr: &Cached, period: Duration, draw: f64, now: Timestamp) -> S
 
 /// Whether the CR's last run succeeded for its current generation and it is not being deleted.
 pub fn converged(cr: &Cached) -> bool {
-    cr.metadata.deletion_timestamp.is_none() && cr.standing.successful
+    cr.metadata.deletion_timestamp.is_none() && cr.standing.successful()
 }
 
-/// When a converged CR was last confirmed (see [`Standing`]). `None` when it is not converged,
+/// When a converged CR was last confirmed (see [`crate::cached::Standing`]). `None` when it is not converged,
 /// has no such time, or a manual request for a run came after it.
 pub fn settled(cr: &Cached) -> Option<Timestamp> {
     if !converged(cr) {
         return None;
     }
-    let confirmed = cr.standing.confirmed?;
+    let confirmed = cr.standing.confirmed()?;
     let asked = annotations::reconcile_request(cr.annotations())
         .and_then(|request| request.at.parse::<Timestamp>().ok())
         .is_some_and(|at| at > confirmed);
@@ -183,6 +139,7 @@ impl Seen {
 
 #[cfg(test)]
 mod tests {
+    use kube::api::DynamicObject;
     use serde_json::{Value, json};
 
     use super::*;
