@@ -105,6 +105,9 @@ STASH: dict[str, Stashed] = {}
 #: Payloads stashed already (by digest), or found unusable.
 _SEEN: set[str] = set()
 
+#: Keys of the worker's kept payloads looked at already (`stash_kept`).
+_KEPT_SEEN: set[str] = set()
+
 #: Numbers the calls of the warnings filter functions while stashes are built.
 _CALLS = itertools.count()
 
@@ -164,8 +167,11 @@ def stash_kept() -> int:
     from . import payload_cache
 
     added = 0
-    for _, payload, _, _ in list(payload_cache.STORE.entries.values()):
-        added += stash(payload)
+    for key, (_, payload, _, _) in list(payload_cache.STORE.entries.items()):
+        # A kept payload never changes under its key: each is looked at once.
+        if key not in _KEPT_SEEN:
+            _KEPT_SEEN.add(key)
+            added += stash(payload)
     return added
 
 
