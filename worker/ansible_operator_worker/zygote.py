@@ -373,7 +373,7 @@ class Zygote:
             self.learn_at = time.monotonic() + LEARN_DELAY
         if learnt:
             try:
-                module_utils.stash_kept()
+                module_utils.stash_kept(modules.compiled)
             except Exception as error:  # noqa: BLE001 - module processes then import as they come
                 print(f"ansible-operator worker: module_utils not stashed: {error!r}", file=sys.stderr, flush=True)
             gc.freeze()

@@ -53,7 +53,7 @@ import tempfile
 import warnings
 import zipfile
 import zipimport
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -108,6 +108,9 @@ _SEEN: set[str] = set()
 #: Keys of the worker's kept payloads looked at already (`stash_kept`).
 _KEPT_SEEN: set[str] = set()
 
+#: How zipimport compiles a payload's source (`pathname`, `source`) into code.
+CompileSource = Callable[[str, bytes], object]
+
 #: Numbers the calls of the warnings filter functions while stashes are built.
 _CALLS = itertools.count()
 
@@ -161,9 +164,10 @@ def members(archive: str) -> dict[str, str]:
 # -- The stash, in the zygote ------------------------------------------------------------------
 
 
-def stash_kept() -> int:
+def stash_kept(compile_source: CompileSource | None = None) -> int:
     """In the zygote: stashes the module_utils of every payload the worker keeps and has not
-    stashed yet; how many modules were added."""
+    stashed yet (their sources compiled by `compile_source`, the code the worker keeps); how many
+    modules were added."""
     from . import payload_cache
 
     added = 0
@@ -171,11 +175,11 @@ def stash_kept() -> int:
         # A kept payload never changes under its key: each is looked at once.
         if key not in _KEPT_SEEN:
             _KEPT_SEEN.add(key)
-            added += stash(payload)
+            added += stash(payload, compile_source)
     return added
 
 
-def stash(payload: bytes) -> int:
+def stash(payload: bytes, compile_source: CompileSource | None = None) -> int:
     """Imports the module_utils of the families in `payload` (a zip Ansible built, as its payload
     cache keeps it) that are not stashed yet, beside the ones stashed already; how many modules
     were added."""
@@ -202,7 +206,7 @@ def stash(payload: bytes) -> int:
         # A name stashed from another payload with other source: this payload is not stashed.
         if any(name in STASH and STASH[name].digest != files.get(STASH[name].member or "") for name in wanted):
             return 0
-        build = _Build(archive, files, adoptable(files, os.environ))
+        build = _Build(archive, files, adoptable(files, os.environ), compile_source)
         with build.isolated():
             for name in wanted:
                 if name not in sys.modules:
@@ -226,8 +230,11 @@ def _names(files: Mapping[str, str]) -> list[str]:
 class _Build:
     """One stash build: the payload's copy, and what each import did while it ran."""
 
-    def __init__(self, archive: str, files: dict[str, str], reused: set[str]) -> None:
+    def __init__(
+        self, archive: str, files: dict[str, str], reused: set[str], compile_source: CompileSource | None
+    ) -> None:
         self.archive, self.files, self.reused = archive, files, reused
+        self.compile_source = compile_source
         self.records: dict[str, Stashed] = {}
         #: The modules of ours in `sys.modules` once the build is over (an import that failed left none).
         self.loaded: set[str] = set()
@@ -253,10 +260,8 @@ class _Build:
         during = (sys.path[:], sys.path_hooks[:])
         os.environ = _ReadEnviron(self, saved_environ)
         warnings.simplefilter, warnings.filterwarnings = (self.warned(f) for f in saved_warn)
-        from . import modules  # which adopts from here
-
         saved_compile = zipimport._compile_source  # type: ignore[attr-defined]
-        zipimport._compile_source = modules.compiled  # type: ignore[attr-defined]
+        zipimport._compile_source = self.compile_source or saved_compile  # type: ignore[attr-defined]
         try:
             yield
         finally:
