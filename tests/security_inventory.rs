@@ -102,10 +102,12 @@ async fn a_template_in_a_cr_string_is_never_run_on_the_operator_host() {
     let message = failure(&setup.api, "address", "Failed").await;
     assert!(message.contains("host host1 unreachable"), "{message}");
     assert!(!in_address.exists(), "the lookup ran on the operator host");
-    let inventory = std::fs::read_to_string(
-        setup.operator.runner_dir(GROUP, "Templated", ns, "address").join("inventory/hosts.yml"),
-    )
-    .unwrap();
+    // A retry after the failure rewrites the inventory; read it between two writes.
+    let path = setup.operator.runner_dir(GROUP, "Templated", ns, "address").join("inventory/hosts.yml");
+    let inventory = support::wait_for("the address CR's inventory", WAIT, || async {
+        Ok(std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display())))
+    })
+    .await;
     assert!(inventory.contains("ansible_host: !unsafe \"{{ lookup('pipe', 'touch "), "{inventory}");
 }
 
