@@ -37,6 +37,47 @@ pub enum Command {
     Plan(PlanArgs),
     /// Render the RBAC the operator and each kind's declared `permissions` need, as kustomize files.
     Rbac(RbacArgs),
+    /// Run scenarios (apply, assert, idempotent, ...) against the current kubeconfig's cluster,
+    /// with the operator in this process: no image, no Deployment.
+    Test(Box<TestArgs>),
+}
+
+/// Flags of `ansible-operator test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Scenario files, or directories of them (`*.yaml`, `*.yml`). Default: `tests/scenarios`
+    /// beside the watches file.
+    pub paths: Vec<std::path::PathBuf>,
+
+    /// Path to the watches file the operator runs on (as `run`'s).
+    #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
+    pub watches_file: std::path::PathBuf,
+
+    /// CRD files, or directories of them, applied once before the scenarios. Default:
+    /// `config/crd/bases` beside the watches file (the scaffold's), else `deploy/crds`.
+    #[arg(long, value_delimiter = ',')]
+    pub crds: Vec<std::path::PathBuf>,
+
+    /// Scenarios run at once, each in its own namespace.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: u16,
+
+    /// Keep the namespace of a failed scenario, and the operator's log and runner directory.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Write the results as JUnit XML to this file.
+    #[arg(long)]
+    pub junit: Option<std::path::PathBuf>,
+
+    /// Where the operator's log and runner directory go. Default: a new directory under the
+    /// system's temporary one, removed when every scenario passed.
+    #[arg(long)]
+    pub work_dir: Option<std::path::PathBuf>,
+
+    /// Flags for the operator, as `run` takes them, after `--` (e.g. `-- --max-concurrent-reconciles=4`).
+    #[arg(last = true)]
+    pub operator_args: Vec<String>,
 }
 
 /// Flags of `ansible-operator rbac`.

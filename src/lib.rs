@@ -35,6 +35,7 @@ pub mod recorder;
 pub mod remote;
 pub mod run;
 pub mod runner;
+pub mod scenario;
 pub mod sharding;
 pub mod status;
 pub mod template;

@@ -28,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["runner", "leader"],
     &["executor", "history"],
     &["metrics", "recorder", "outcome", "watches"],
-    &["logging", "access", "decoded", "http_server", "tls"],
+    &["logging", "access", "decoded", "http_server", "tls", "scenario"],
     &[
         "job_event",
         "executor_mode",

@@ -52,5 +52,6 @@ mod ssh;
 mod startup_resync;
 mod status_and_filters;
 mod storm;
+mod test_command;
 mod toolchain;
 mod watches_errors;

@@ -17,7 +17,7 @@ use super::handlers::{Found, RunPath, authorize_log, authorized_cr, find_run};
 use super::{Error, Kind, State};
 use crate::history::live::Follower;
 use crate::ident::Ident;
-use crate::runner::event::Line;
+use crate::runner::event::readable_lines;
 
 /// The most of a finished run's log served (its end); the artifacts have the rest.
 const MAX_LOG_BYTES: u64 = 8 << 20;
@@ -103,10 +103,7 @@ fn artifact_log(state: &State, kind: &Kind, object: &serde_json::Value, ident: &
 
 /// The log a person reads from the runner's stdout file (JSON events, one a line).
 fn readable(text: &str) -> VecDeque<String> {
-    text.lines()
-        .filter_map(|line| Line::parse(line).readable().map(str::to_string))
-        .flat_map(|text| text.lines().map(str::to_string).collect::<Vec<_>>())
-        .collect()
+    readable_lines(text).collect()
 }
 
 /// The file's text, or its last [`MAX_LOG_BYTES`]; `None` when it cannot be read.

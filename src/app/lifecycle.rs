@@ -56,8 +56,10 @@ pub(super) async fn take_lease(
             let (mut member, task) =
                 leader::spawn(client.clone(), sharding.lease.clone(), membership_stop.clone());
             tokio::select! {
-                held = member.wait_for(|held| *held) => held.context("shard lease campaign stopped")?,
-                _ = shutdown_signal() => {
+                // The borrow `wait_for` returns is dropped at once: the future stays `Send`.
+                held = async { member.wait_for(|held| *held).await.map(drop) } =>
+                    held.context("shard lease campaign stopped")?,
+                _ = stop_asked(&wired.stop) => {
                     shutdown.cancel();
                     membership_stop.cancel();
                     let _ = task.await;
@@ -84,8 +86,9 @@ pub(super) async fn take_lease(
             readiness.mark_started();
             let (mut leading, _task) = leader::spawn(client.clone(), config.clone(), shutdown.clone());
             tokio::select! {
-                led = leading.wait_for(|leading| *leading) => led.context("leader election stopped")?,
-                _ = shutdown_signal() => {
+                led = async { leading.wait_for(|leading| *leading).await.map(drop) } =>
+                    led.context("leader election stopped")?,
+                _ = stop_asked(&wired.stop) => {
                     shutdown.cancel();
                     return Ok(None);
                 }
@@ -129,7 +132,7 @@ pub(super) async fn run_until_stopped(
         }
     };
     let stop = tokio::select! {
-        _ = shutdown_signal() => Stop::Signal,
+        _ = stop_asked(&wired.stop) => Stop::Signal,
         _ = lost => Stop::LeaseLost,
     };
     match stop {
@@ -186,6 +189,14 @@ async fn shut_down(
     if let Some((membership_stop, task)) = membership {
         membership_stop.cancel();
         let _ = tokio::time::timeout(args.leader_elect_renew_deadline, task).await;
+    }
+}
+
+/// Resolves on SIGTERM, SIGINT or when `stop` is cancelled.
+async fn stop_asked(stop: &CancellationToken) {
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        _ = stop.cancelled() => {}
     }
 }
 

@@ -7,6 +7,7 @@ mod plan;
 mod rbac;
 mod replay;
 mod servers;
+mod test;
 mod version;
 mod wiring;
 
@@ -28,6 +29,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Replay(args) => replay::main(*args),
         Command::Plan(args) => plan::main(&args),
         Command::Rbac(args) => rbac::main(&args),
+        Command::Test(args) => test::main(*args),
         Command::Run(args) => {
             crate::logging::init(&args.log);
             let runtime = match tokio::runtime::Runtime::new() {

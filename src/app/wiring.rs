@@ -57,6 +57,8 @@ pub(super) struct Wiring {
     pub readiness: Arc<Readiness>,
     /// Cancelled when the replica stops: every server and controller ends with it.
     pub shutdown: CancellationToken,
+    /// Cancelled to stop the replica as SIGTERM does (`ansible-operator test` stops its operator so).
+    pub stop: CancellationToken,
 }
 
 /// The Lease a replica runs under.
@@ -82,9 +84,21 @@ pub(super) struct ShardingConfig {
 /// Builds the parts of a run and returns them with the watches to build controllers from. The
 /// steps log as they go, in the order upstream's operator does (version first).
 pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)> {
+    wire_with(args, &[]).await
+}
+
+/// [`wire`], with environment variables set over the process's (`ansible-operator test` sets
+/// `WATCH_NAMESPACE` to its scenarios' namespaces so).
+pub(super) async fn wire_with(
+    args: &RunArgs,
+    overrides: &[(&str, String)],
+) -> anyhow::Result<(Wiring, Vec<Watch>)> {
     let toolchain = version::log_versions().await;
     runner::input_dir::prepare_root(&args.runner_dir)?;
-    let (env, playbook_env) = environment(args)?;
+    let (mut env, playbook_env) = environment(args)?;
+    for (name, value) in overrides {
+        env = env.with_var(*name, value.clone());
+    }
     let loaded = load_watches(args, &env)?;
     let (client, proxy_client) = clients().await?;
     let namespaces = watch_namespaces(&env);
@@ -124,6 +138,7 @@ pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)>
         settings,
         readiness: Readiness::new(),
         shutdown: CancellationToken::new(),
+        stop: CancellationToken::new(),
     };
     Ok((wiring, loaded.watches))
 }

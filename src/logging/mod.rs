@@ -7,6 +7,7 @@ pub use flags::{LogArgs, LogEncoder};
 pub use zap_json::ZapJsonLayer;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -14,6 +15,14 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// switches to console output at debug level, as controller-runtime does. `RUST_LOG` overrides the
 /// level (and kube's own watcher warnings, which are otherwise left to `watch_errors`).
 pub fn init(args: &LogArgs) {
+    init_with(args, std::io::stderr);
+}
+
+/// [`init`], writing to `writer` instead of stderr (`ansible-operator test` logs to a file).
+pub fn init_with<W>(args: &LogArgs, writer: W)
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
     let level = match args.zap_log_level.as_deref() {
         Some(level) => zap_level(level),
         None if args.zap_devel => "debug",
@@ -27,10 +36,8 @@ pub fn init(args: &LogArgs) {
     let registry = tracing_subscriber::registry().with(filter);
     // Fails only when a subscriber is already installed (tests, embedding); that one keeps working.
     let _ = match encoder {
-        LogEncoder::Json => registry.with(ZapJsonLayer::new(std::io::stderr)).try_init(),
-        LogEncoder::Console => {
-            registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).try_init()
-        }
+        LogEncoder::Json => registry.with(ZapJsonLayer::new(writer)).try_init(),
+        LogEncoder::Console => registry.with(tracing_subscriber::fmt::layer().with_writer(writer)).try_init(),
     };
 }
 

@@ -35,6 +35,13 @@ impl Line {
     }
 }
 
+/// The log a person reads from the runner's stdout (JSON events, one a line), line by line.
+pub fn readable_lines(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.lines()
+        .filter_map(|line| Line::parse(line).readable().map(str::to_string))
+        .flat_map(|text| text.lines().map(str::to_string).collect::<Vec<_>>())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::Value;

@@ -1,0 +1,434 @@
+//! One scenario step against the cluster: each action, its wait, and what it reports when the
+//! wait runs out.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::discovery::Scope;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::history::History;
+use crate::reconcile::annotations::{RECONCILE_REQUESTED, ReconcileRequest};
+use crate::runner::event::readable_lines;
+use crate::scenario::matching::differences;
+use crate::scenario::{Action, Runs, Step, name_of};
+
+/// The field manager of what scenarios apply.
+const FIELD_MANAGER: &str = "ansible-operator-test";
+/// Who asks for the runs of `idempotent` steps, in the run records.
+const REQUESTER: &str = "ansible-operator test";
+/// Between two looks at the cluster.
+const POLL: Duration = Duration::from_millis(250);
+/// Lines of a failed run's output shown.
+const LOG_LINES: usize = 25;
+
+/// Where a scenario's steps run.
+pub(super) struct Stage<'a> {
+    pub client: &'a Client,
+    pub history: &'a History,
+    /// The scenario's namespace: objects without one are in it.
+    pub namespace: &'a str,
+    /// The scenario file's directory.
+    pub dir: &'a Path,
+}
+
+/// Why one look did not settle the step.
+enum Miss {
+    /// Not yet: look again until the step's timeout (what was seen).
+    Again(String),
+    /// Failed for good.
+    Fatal(String),
+}
+
+impl From<kube::Error> for Miss {
+    fn from(error: kube::Error) -> Self {
+        match &error {
+            // Not there yet (a CRD being established), a conflict or a busy server: look again.
+            kube::Error::Api(status) if [404, 409, 429].contains(&status.code) || status.code >= 500 => {
+                Miss::Again(status.message.clone())
+            }
+            kube::Error::Api(status) => Miss::Fatal(status.message.clone()),
+            other => Miss::Again(other.to_string()),
+        }
+    }
+}
+
+/// Looks with `look` until it settles or `timeout` passes; then the last thing seen is the failure.
+async fn until<T, F, Fut>(timeout: Duration, mut look: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Miss>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match look().await {
+            Ok(value) => return Ok(value),
+            Err(Miss::Fatal(message)) => return Err(message),
+            Err(Miss::Again(seen)) if Instant::now() >= deadline => {
+                return Err(format!("{seen} (after {})", crate::go_duration::format(timeout)));
+            }
+            Err(Miss::Again(_)) => tokio::time::sleep(POLL).await,
+        }
+    }
+}
+
+impl Stage<'_> {
+    /// Runs `step`; `change` is when the newest step that changes something started (for `runs`).
+    pub async fn run(&self, step: &Step, change: Timestamp) -> Result<(), String> {
+        let timeout = step.timeout;
+        match &step.action {
+            Action::Apply(objects) => {
+                for object in objects {
+                    until(timeout, || self.apply(object)).await?;
+                }
+                Ok(())
+            }
+            Action::Assert(objects) => until(timeout, || self.assert(objects)).await,
+            Action::Absent(objects) => until(timeout, || self.absent(objects)).await,
+            Action::Patch(objects) => {
+                for object in objects {
+                    until(timeout, || self.patch(object)).await?;
+                }
+                Ok(())
+            }
+            Action::Delete(objects) => {
+                for object in objects {
+                    until(timeout, || self.delete(object)).await?;
+                }
+                until(timeout, || self.absent(objects)).await
+            }
+            Action::Idempotent(objects) => {
+                for object in objects {
+                    self.idempotent(object, timeout).await?;
+                }
+                Ok(())
+            }
+            Action::Runs(runs) => until(timeout, || self.runs(runs, change)).await,
+            Action::Verify(playbook) => self.verify(playbook, timeout).await,
+        }
+    }
+
+    /// The object's API and name.
+    async fn api(&self, object: &Value) -> Result<(Api<DynamicObject>, String), Miss> {
+        let api_version = object["apiVersion"].as_str().unwrap_or_default();
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, capabilities) = kube::discovery::pinned_kind(self.client, &gvk)
+            .await
+            .map_err(|error| Miss::Again(format!("{kind} ({api_version}) is not served: {error}")))?;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let api = match capabilities.scope {
+            Scope::Namespaced => {
+                let namespace = object["metadata"]["namespace"].as_str().unwrap_or(self.namespace);
+                Api::namespaced_with(self.client.clone(), namespace, &resource)
+            }
+            Scope::Cluster => Api::all_with(self.client.clone(), &resource),
+        };
+        Ok((api, name))
+    }
+
+    async fn apply(&self, object: &Value) -> Result<(), Miss> {
+        let (api, name) = self.api(object).await?;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&name, &params, &Patch::Apply(object)).await.map_err(|error| in_object(object, error))?;
+        Ok(())
+    }
+
+    async fn patch(&self, object: &Value) -> Result<(), Miss> {
+        let (api, name) = self.api(object).await?;
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(object))
+            .await
+            .map_err(|error| in_object(object, error))?;
+        Ok(())
+    }
+
+    async fn delete(&self, object: &Value) -> Result<(), Miss> {
+        let (api, name) = self.api(object).await?;
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(in_object(object, error)),
+        }
+    }
+
+    async fn assert(&self, objects: &[Value]) -> Result<(), Miss> {
+        let mut seen = Vec::new();
+        for object in objects {
+            let (api, name) = self.api(object).await?;
+            match api.get_opt(&name).await.map_err(|error| in_object(object, error))? {
+                None => seen.push(format!("{}: not found", name_of(object))),
+                Some(actual) => {
+                    let actual = serde_json::to_value(actual).unwrap_or_default();
+                    let found = differences(object, &actual);
+                    if !found.is_empty() {
+                        let lines: Vec<String> = found.iter().map(|d| format!("  {d}")).collect();
+                        seen.push(format!("{} differs:\n{}", name_of(object), lines.join("\n")));
+                    }
+                }
+            }
+        }
+        match seen.is_empty() {
+            true => Ok(()),
+            false => Err(Miss::Again(seen.join("\n"))),
+        }
+    }
+
+    async fn absent(&self, objects: &[Value]) -> Result<(), Miss> {
+        let mut present = Vec::new();
+        for object in objects {
+            let (api, name) = self.api(object).await?;
+            if let Some(found) = api.get_opt(&name).await.map_err(|error| in_object(object, error))? {
+                let finalizers = found.metadata.finalizers.unwrap_or_default();
+                present.push(match finalizers.is_empty() {
+                    true => format!("{} still exists", name_of(object)),
+                    false => {
+                        format!("{} still exists (finalizers: {})", name_of(object), finalizers.join(", "))
+                    }
+                });
+            }
+        }
+        match present.is_empty() {
+            true => Ok(()),
+            false => Err(Miss::Again(present.join("\n"))),
+        }
+    }
+
+    /// Asks for a run of the CR now; that run must succeed and change nothing.
+    async fn idempotent(&self, object: &Value, timeout: Duration) -> Result<(), String> {
+        let cr = until(timeout, || async {
+            let (api, name) = self.api(object).await?;
+            let found = api.get_opt(&name).await.map_err(|error| in_object(object, error))?;
+            found.map(|cr| (api, cr)).ok_or_else(|| Miss::Again(format!("{}: not found", name_of(object))))
+        })
+        .await?;
+        let (api, cr) = cr;
+        let uid = cr.metadata.uid.clone().unwrap_or_default();
+        let namespace = cr.metadata.namespace.clone();
+        let before: Vec<String> =
+            self.records(&uid, namespace.as_deref()).await?.iter().map(record_name).collect();
+        let request = ReconcileRequest { at: Timestamp::now().to_string(), by: REQUESTER.to_string() };
+        let value = serde_json::to_string(&request).unwrap_or_default();
+        let patch = json!({"metadata": {"annotations": {(RECONCILE_REQUESTED): value}}});
+        let name = name_of(object);
+        api.patch(
+            cr.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|error| format!("{name}: ask for a run: {error}"))?;
+        let record = until(timeout, || async {
+            let records = self.records(&uid, namespace.as_deref()).await.map_err(Miss::Again)?;
+            records
+                .into_iter()
+                .find(|record| {
+                    !before.contains(&record_name(record)) && record["spec"]["trigger"]["by"] == REQUESTER
+                })
+                .ok_or_else(|| Miss::Again(format!("{name}: the run asked for has not ended")))
+        })
+        .await?;
+        let spec = &record["spec"];
+        if spec["result"] != "Successful" {
+            return Err(format!("{name}: the run asked for ended {}{}", spec["result"], failed(&record)));
+        }
+        let changed: Vec<String> = spec["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|task| task["status"] == "changed")
+            .map(|task| {
+                format!(
+                    "  {} ({})",
+                    task["name"].as_str().unwrap_or_default(),
+                    task["host"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        match (spec["ansibleResult"]["changed"].as_u64().unwrap_or(0), changed.is_empty()) {
+            (0, true) => Ok(()),
+            (count, _) => Err(format!(
+                "{name} is not idempotent: its next run changed {count} task(s):\n{}",
+                changed.join("\n")
+            )),
+        }
+    }
+
+    /// The CR's runs since `change`, against what the step expects.
+    async fn runs(&self, runs: &Runs, change: Timestamp) -> Result<(), Miss> {
+        let (api, name) = self.api(&runs.object).await?;
+        let Some(cr) = api.get_opt(&name).await.map_err(|error| in_object(&runs.object, error))? else {
+            return Err(Miss::Again(format!("{}: not found", name_of(&runs.object))));
+        };
+        let uid = cr.metadata.uid.unwrap_or_default();
+        let records = self.records(&uid, cr.metadata.namespace.as_deref()).await.map_err(Miss::Again)?;
+        let since: Vec<&Value> = records
+            .iter()
+            .filter(|record| {
+                record["spec"]["startTime"]
+                    .as_str()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .is_some_and(|t| t >= change)
+            })
+            .collect();
+        let results: Vec<&str> = since.iter().map(|r| r["spec"]["result"].as_str().unwrap_or("?")).collect();
+        let seen =
+            format!("{}: {} run(s) since the last change: {results:?}", name_of(&runs.object), since.len());
+        let wanted = runs.count.unwrap_or(1) as usize;
+        if since.len() < wanted {
+            return Err(Miss::Again(seen));
+        }
+        if runs.count.is_some_and(|count| since.len() as u64 != count) {
+            return Err(Miss::Fatal(format!("{seen}; wanted {wanted}")));
+        }
+        match &runs.result {
+            Some(result) if results.iter().any(|r| r != result) => {
+                let last = since
+                    .iter()
+                    .find(|r| r["spec"]["result"] != result.as_str())
+                    .map(|r| failed(r))
+                    .unwrap_or_default();
+                Err(Miss::Fatal(format!("{seen}; wanted each {result}{last}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs the playbook with `ansible-playbook` on localhost, given the scenario's namespace.
+    async fn verify(&self, playbook: &Path, timeout: Duration) -> Result<(), String> {
+        // The playbook's own interpreter on localhost, as the operator's runs have it.
+        let vars = json!({
+            "namespace": self.namespace,
+            "scenario_dir": self.dir,
+            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+        });
+        let mut command = tokio::process::Command::new("ansible-playbook");
+        command
+            .arg(playbook)
+            .args(["-i", "localhost,", "-c", "local", "-e"])
+            .arg(vars.to_string())
+            .env("ANSIBLE_FORCE_COLOR", "false")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let output = tokio::time::timeout(timeout, command.output())
+            .await
+            .map_err(|_| {
+                format!("{} did not end in {}", playbook.display(), crate::go_duration::format(timeout))
+            })?
+            .map_err(|error| format!("start ansible-playbook: {error}"))?;
+        match output.status.success() {
+            true => Ok(()),
+            false => Err(format!(
+                "{} failed ({}):\n{}",
+                playbook.display(),
+                output.status,
+                tail(&String::from_utf8_lossy(&output.stdout), LOG_LINES)
+            )),
+        }
+    }
+
+    async fn records(&self, uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, String> {
+        self.history.runs(uid, namespace).await.map_err(|error| format!("read the run records: {error}"))
+    }
+
+    /// What a failed scenario's report shows beside the step: each CR's conditions and the newest
+    /// failed run's task and output.
+    pub async fn context(&self, kinds: &[crate::watches::Gvk]) -> String {
+        let mut lines = Vec::new();
+        for kind in kinds {
+            let object =
+                json!({"apiVersion": api_version(kind), "kind": kind.kind, "metadata": {"name": ""}});
+            let Ok((api, _)) = self.api(&object).await else { continue };
+            let Ok(list) = api.list(&Default::default()).await else { continue };
+            for cr in list.items {
+                let cr = serde_json::to_value(cr).unwrap_or_default();
+                lines.push(format!("{}/{}:", kind.kind, cr["metadata"]["name"].as_str().unwrap_or_default()));
+                for condition in cr["status"]["conditions"].as_array().into_iter().flatten() {
+                    let message = condition["message"].as_str().unwrap_or_default();
+                    let reason = condition["reason"].as_str().filter(|r| !r.is_empty());
+                    let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                    lines.push(format!(
+                        "  {}={}{reason} {}",
+                        condition["type"].as_str().unwrap_or_default(),
+                        condition["status"].as_str().unwrap_or_default(),
+                        message.lines().next().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        let runs = self.history.all_runs(Some(self.namespace)).await.unwrap_or_default();
+        if let Some(run) = runs.iter().find(|run| run["spec"]["result"] != "Successful") {
+            let owner = &run["spec"]["owner"];
+            lines.push(format!(
+                "newest failed run: {} of {}/{}{}",
+                record_name(run),
+                owner["kind"].as_str().unwrap_or_default(),
+                owner["name"].as_str().unwrap_or_default(),
+                failed(run)
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
+/// `group/version` of a kind.
+fn api_version(kind: &crate::watches::Gvk) -> String {
+    match kind.group.is_empty() {
+        true => kind.version.clone(),
+        false => format!("{}/{}", kind.group, kind.version),
+    }
+}
+
+fn in_object(object: &Value, error: kube::Error) -> Miss {
+    match Miss::from(error) {
+        Miss::Again(message) => Miss::Again(format!("{}: {message}", name_of(object))),
+        Miss::Fatal(message) => Miss::Fatal(format!("{}: {message}", name_of(object))),
+    }
+}
+
+fn record_name(record: &Value) -> String {
+    record["metadata"]["name"].as_str().unwrap_or_default().to_string()
+}
+
+/// A failed run's task, message and output's end, as lines after a colon.
+fn failed(record: &Value) -> String {
+    let spec = &record["spec"];
+    let mut text = String::new();
+    if let Some(task) = spec["failedTask"].as_object() {
+        text.push_str(&format!(
+            "\n  task {:?} on {}: {}",
+            task.get("task").and_then(Value::as_str).unwrap_or_default(),
+            task.get("host").and_then(Value::as_str).unwrap_or_default(),
+            task.get("message").and_then(Value::as_str).unwrap_or_default()
+        ));
+    }
+    if let Some(message) = spec["message"].as_str() {
+        text.push_str(&format!("\n  {message}"));
+    }
+    // The record names the run's output file while its artifacts are kept.
+    if let Some(log) = spec["log"].as_str() {
+        match std::fs::read_to_string(log) {
+            Ok(output) => {
+                let output: Vec<String> = readable_lines(&output).collect();
+                text.push_str(&format!(
+                    "\n  output ({log}), last lines:\n{}",
+                    tail(&output.join("\n"), LOG_LINES)
+                ));
+            }
+            Err(_) => text.push_str(&format!("\n  output: {log}")),
+        }
+    }
+    text
+}
+
+/// The last `count` non-empty lines, indented.
+fn tail(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(count);
+    lines[start..].iter().map(|line| format!("    {line}")).collect::<Vec<_>>().join("\n")
+}

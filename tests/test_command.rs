@@ -1,0 +1,179 @@
+//! `ansible-operator test`: scenario files run by the command itself against the test cluster, the
+//! operator in its own process on the project's watches file (tests/fixtures/scenario-project, and
+//! the repository's own memcached scenario), each scenario in a namespace of its own.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams};
+use quick_junit::Report;
+use support::operator::{command, fixtures, scratch_dir};
+
+fn project() -> PathBuf {
+    fixtures().join("scenario-project")
+}
+
+/// Runs `ansible-operator test` in `dir` with `args`; its log and runner directory in `work`.
+fn run_test(dir: &Path, work: &Path, args: &[&str]) -> (Output, String) {
+    let output = command(dir)
+        .arg("test")
+        .arg(format!("--work-dir={}", work.display()))
+        .args(args)
+        .output()
+        .expect("run ansible-operator test");
+    let shown = format!(
+        "exit {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output, shown)
+}
+
+/// The namespace each scenario's verdict line names: `PASS note (4.7 s, namespace test-note-…) …`.
+fn namespaces(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("PASS ") || line.starts_with("FAIL "))
+        .filter_map(|line| line.split("namespace ").nth(1)?.split(')').next().map(str::to_string))
+        .collect()
+}
+
+/// The line after the first that contains `text`.
+fn after<'a>(stdout: &'a str, text: &str) -> &'a str {
+    let mut lines = stdout.lines().skip_while(|line| !line.contains(text));
+    lines.next();
+    lines.next().unwrap_or_default()
+}
+
+fn junit(file: &Path) -> Report {
+    Report::deserialize_from_str(&std::fs::read_to_string(file).expect("the JUnit file")).expect("JUnit XML")
+}
+
+#[tokio::test]
+async fn passing_scenarios_run_side_by_side_each_in_a_namespace_removed_after() {
+    let client = support::client().await;
+    let work = scratch_dir("scenarios-pass");
+    let report = work.join("junit.xml");
+    let (output, shown) =
+        run_test(&project(), &work, &["--parallel=2", &format!("--junit={}", report.display())]);
+    assert!(output.status.success(), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+
+    // Both scenarios of tests/scenarios/, every step of each: apply, assert, idempotent, verify,
+    // patch, runs, delete, absent.
+    assert!(stdout.contains("2 scenario(s): 2 passed, 0 failed"), "{shown}");
+    assert_eq!(stdout.lines().filter(|line| line.starts_with("  ok ")).count(), 20, "{shown}");
+    for step in [
+        "idempotent files/note-cr.yaml",
+        "verify files/verify-note.yml",
+        "runs Note/hello",
+        "the finalizer deleted the ConfigMap",
+    ] {
+        assert!(
+            stdout.lines().any(|line| line.starts_with("  ok ") && line.contains(step)),
+            "{step}: {shown}"
+        );
+    }
+    let namespaces = namespaces(&stdout);
+    assert_eq!(namespaces.len(), 2, "{shown}");
+    assert_ne!(namespaces[0], namespaces[1]);
+    let api: Api<Namespace> = Api::all(client);
+    for namespace in &namespaces {
+        assert!(api.get_opt(namespace).await.unwrap().is_none(), "{namespace} was not removed");
+    }
+
+    let report = junit(&report);
+    assert_eq!((report.tests, report.failures, report.skipped), (20, 0, 0));
+    let mut suites: Vec<&str> = report.test_suites.iter().map(|suite| suite.name.as_str()).collect();
+    suites.sort();
+    assert_eq!(suites, ["note", "note-again"]);
+    // Passed: the operator's log and runner directory are removed only when not given.
+    assert!(work.join("operator.log").exists());
+}
+
+#[tokio::test]
+async fn a_failing_scenario_names_the_step_the_object_the_field_and_the_failed_task() {
+    let client = support::client().await;
+    let work = scratch_dir("scenarios-fail");
+    let report = work.join("junit.xml");
+    let (output, shown) = run_test(
+        &project(),
+        &work,
+        &["broken", "--parallel=3", "--keep", &format!("--junit={}", report.display())],
+    );
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("3 scenario(s): 0 passed, 3 failed"), "{shown}");
+
+    // An assert that never holds: the object and its differing field, and the steps after skipped.
+    assert!(stdout.contains("  FAILED  the text is bye"), "{shown}");
+    assert_eq!(after(&stdout, "FAILED  the text is bye").trim(), "ConfigMap/wrong-note differs:");
+    assert!(stdout.contains("data.text: wanted \"bye\", got \"hello\" (after 8s)"), "{shown}");
+    assert!(stdout.lines().any(|line| line.starts_with("  skipped delete Note/wrong")), "{shown}");
+
+    // A role that changes something on every run is not idempotent: the task that changed.
+    assert!(stdout.contains("Clock/tick is not idempotent: its next run changed 1 task(s):"), "{shown}");
+    assert_eq!(after(&stdout, "is not idempotent").trim(), "the time of this run (localhost)");
+
+    // A failed run: the CR's Failure condition, the failed task and the run's output.
+    assert!(stdout.contains("Failure=True (Failed) the note asked to fail: boom"), "{shown}");
+    assert!(
+        stdout.contains("task \"a Note that asks to fail fails\" on localhost: the note asked to fail: boom"),
+        "{shown}"
+    );
+    assert!(
+        stdout.contains(
+            "fatal: [localhost]: FAILED! => {\"changed\": false, \"msg\": \"the note asked to fail: boom\"}"
+        ),
+        "{shown}"
+    );
+
+    // --keep: each failed scenario's namespace is still there, with what it made.
+    let api: Api<Namespace> = Api::all(client);
+    let namespaces = namespaces(&stdout);
+    assert_eq!(namespaces.len(), 3, "{shown}");
+    for namespace in &namespaces {
+        assert!(stdout.contains(&format!("namespace {namespace} kept (--keep)")), "{shown}");
+        assert!(api.get_opt(namespace).await.unwrap().is_some(), "{namespace} was not kept");
+        let _ = api.delete(namespace, &DeleteParams::default()).await;
+    }
+
+    let report = junit(&report);
+    assert_eq!((report.tests, report.failures, report.skipped), (8, 3, 1), "{shown}");
+}
+
+#[tokio::test]
+async fn a_broken_scenario_file_stops_the_command_before_anything_runs() {
+    let work = scratch_dir("scenarios-broken");
+    let file = work.join("typo.yaml");
+    std::fs::write(&file, "steps:\n  - aply: {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}\n")
+        .unwrap();
+    let (output, shown) = run_test(&project(), &work, &[file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "error: {}: steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, verify)",
+            file.display()
+        )
+    );
+    assert!(output.stdout.is_empty(), "{shown}");
+}
+
+/// The repository's own scenario for the sample Memcached (tests/scenarios/memcached.yaml), run
+/// as README shows: `ansible-operator test` in the repository, memcached's Pods on the node.
+#[tokio::test]
+async fn memcached_role_scenario_passes_through_the_command() {
+    support::node::require_ready_node(&support::client().await).await;
+    let work = scratch_dir("scenarios-memcached");
+    let (output, shown) = run_test(support::repo(), &work, &[]);
+    assert!(output.status.success(), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
+    assert!(stdout.lines().any(|line| line.starts_with("  ok      idempotent Memcached/sample")), "{shown}");
+}
