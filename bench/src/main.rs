@@ -19,6 +19,7 @@ mod restart;
 mod scenarios;
 mod sharding;
 mod stats;
+mod test_command;
 mod watch;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,8 @@ enum Scenario {
     Restart,
     Sharding,
     Admission,
+    /// `ansible-operator test` on the sample memcached scenario (needs the node).
+    Test,
 }
 
 /// Benchmark of ansible-operator on the local control plane.
@@ -55,7 +58,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "floor,single,burst,scale,restart,sharding,admission"
+        default_value = "floor,single,burst,scale,restart,sharding,admission,test"
     )]
     only: Vec<Scenario>,
     /// Measured runs for the floor and single-CR latency (each after one warm-up run).
@@ -70,6 +73,9 @@ struct Args {
     /// Dry-run creates timed in the admission scenario (after three warm-up ones).
     #[arg(long, default_value_t = 100)]
     admission_requests: usize,
+    /// Runs of `ansible-operator test` on the memcached scenario.
+    #[arg(long, default_value_t = 3)]
+    test_runs: usize,
     /// Our executors to measure, each as its own flavor (`--ansible-executor`).
     #[arg(long, value_delimiter = ',', default_value = "warm,cold")]
     executors: Vec<Executor>,
@@ -428,6 +434,10 @@ async fn main() -> anyhow::Result<()> {
             rows.push(admission::admission(&ctx, flavor, args.admission_requests).await);
         }
         results["admission"] = Value::Array(rows);
+    }
+
+    if wants(Scenario::Test) {
+        results["test_command"] = test_command::memcached_scenario(&ctx, &binary, args.test_runs);
     }
 
     results["load_end"] = json!(procfs::loadavg());

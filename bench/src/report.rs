@@ -474,6 +474,10 @@ pub fn markdown(r: &Value) -> String {
         restart_table(&mut md, s, rows);
     }
 
+    if r["test_command"].is_object() {
+        test_command_table(&mut md, &r["test_command"]);
+    }
+
     if let Some(rows) = r["admission"].as_array() {
         let _ = writeln!(md, "### 7. Admission: a three-task validate playbook as a validating webhook\n");
         let _ = writeln!(
@@ -586,6 +590,30 @@ pub fn markdown(r: &Value) -> String {
         md.push('\n');
     }
     md
+}
+
+/// `ansible-operator test` on the memcached scenario, start to verdict.
+fn test_command_table(md: &mut String, row: &Value) {
+    let _ = writeln!(md, "### 8. `ansible-operator test`: the sample memcached scenario, start to verdict\n");
+    let _ = writeln!(
+        md,
+        "tests/scenarios/memcached.yaml (create, assert the Deployment ready, idempotent, scale to 2, runs, delete, absent), the operator in the command's process, memcached's Pods on the local node. Goal: under 10 s.\n"
+    );
+    let _ = writeln!(md, "| runs | passed | median s | min s | max s |\n|---|---|---|---|---|");
+    let seconds = &row["seconds"];
+    let _ = writeln!(
+        md,
+        "| {} | {} | {:.1} | {:.1} | {:.1} |",
+        row["runs"],
+        row["passed"],
+        f(&seconds["median"]),
+        f(&seconds["min"]),
+        f(&seconds["max"])
+    );
+    for failure in row["failures"].as_array().into_iter().flatten() {
+        let _ = writeln!(md, "\nfailed: {}", failure.as_str().unwrap_or_default());
+    }
+    md.push('\n');
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use steps::Stage;
 
 /// The label on the namespaces scenarios run in: the scenario's name.
 const SCENARIO_LABEL: &str = "ansible-operator.dev/test-scenario";
-/// How long a scenario's namespace may take to go (its CRs' finalizers run first).
+/// How long the CRs in a scenario's namespace may take to go (their finalizers run) once it is deleted.
 const CLEANUP: Duration = Duration::from_secs(180);
 /// How long a CRD may take to be established.
 const ESTABLISHED: Duration = Duration::from_secs(60);
@@ -244,7 +244,7 @@ async fn run_scenario(
     let context = if failed { stage.context(kinds).await } else { String::new() };
     let cleanup = match failed && keep {
         true => Some(format!("namespace {namespace} kept (--keep)")),
-        false => remove_namespace(client, namespace).await.err(),
+        false => remove_namespace(&stage, kinds).await.err(),
     };
     ScenarioResult {
         name: scenario.name.clone(),
@@ -257,21 +257,29 @@ async fn run_scenario(
     }
 }
 
-/// Deletes the namespace and waits until it is gone (the operator, still running, finalizes its CRs).
-async fn remove_namespace(client: &kube::Client, name: &str) -> Result<(), String> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let uid = match api.delete(name, &DeleteParams::default()).await {
-        Ok(deleted) => deleted.left().and_then(|namespace| namespace.metadata.uid).unwrap_or_default(),
-        Err(error) => return Err(format!("namespace {name} not removed: {error}")),
-    };
-    // Deleted, or replaced by another of the same name (another uid).
-    let gone = await_condition(api, name, conditions::is_deleted(&uid));
-    match tokio::time::timeout(CLEANUP, gone).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(error)) => Err(format!("namespace {name}: {error}")),
-        Err(_) => {
-            Err(format!("namespace {name} still terminating after {}", crate::go_duration::format(CLEANUP)))
+/// Deletes the namespace and waits until no CR of the watched kinds is left in it: those are what
+/// the operator, still running, must finalize; the rest (Pods terminating) goes without it.
+async fn remove_namespace(stage: &Stage<'_>, kinds: &[crate::watches::Gvk]) -> Result<(), String> {
+    let name = stage.namespace;
+    let api: Api<Namespace> = Api::all(stage.client.clone());
+    if let Err(error) = api.delete(name, &DeleteParams::default()).await {
+        return Err(format!("namespace {name} not removed: {error}"));
+    }
+    let deadline = Instant::now() + CLEANUP;
+    loop {
+        let left = stage.crs(kinds).await;
+        if left.is_empty() {
+            return Ok(());
         }
+        if Instant::now() >= deadline {
+            let names: Vec<String> = left.iter().map(scenario::name_of).collect();
+            return Err(format!(
+                "namespace {name}: {} still there after {}",
+                names.join(", "),
+                crate::go_duration::format(CLEANUP)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

@@ -340,25 +340,18 @@ impl Stage<'_> {
     /// failed run's task and output.
     pub async fn context(&self, kinds: &[crate::watches::Gvk]) -> String {
         let mut lines = Vec::new();
-        for kind in kinds {
-            let object =
-                json!({"apiVersion": api_version(kind), "kind": kind.kind, "metadata": {"name": ""}});
-            let Ok((api, _)) = self.api(&object).await else { continue };
-            let Ok(list) = api.list(&Default::default()).await else { continue };
-            for cr in list.items {
-                let cr = serde_json::to_value(cr).unwrap_or_default();
-                lines.push(format!("{}/{}:", kind.kind, cr["metadata"]["name"].as_str().unwrap_or_default()));
-                for condition in cr["status"]["conditions"].as_array().into_iter().flatten() {
-                    let message = condition["message"].as_str().unwrap_or_default();
-                    let reason = condition["reason"].as_str().filter(|r| !r.is_empty());
-                    let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-                    lines.push(format!(
-                        "  {}={}{reason} {}",
-                        condition["type"].as_str().unwrap_or_default(),
-                        condition["status"].as_str().unwrap_or_default(),
-                        message.lines().next().unwrap_or_default()
-                    ));
-                }
+        for cr in self.crs(kinds).await {
+            lines.push(format!("{}:", name_of(&cr)));
+            for condition in cr["status"]["conditions"].as_array().into_iter().flatten() {
+                let message = condition["message"].as_str().unwrap_or_default();
+                let reason = condition["reason"].as_str().filter(|r| !r.is_empty());
+                let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                lines.push(format!(
+                    "  {}={}{reason} {}",
+                    condition["type"].as_str().unwrap_or_default(),
+                    condition["status"].as_str().unwrap_or_default(),
+                    message.lines().next().unwrap_or_default()
+                ));
             }
         }
         let runs = self.history.all_runs(Some(self.namespace)).await.unwrap_or_default();
@@ -373,6 +366,24 @@ impl Stage<'_> {
             ));
         }
         lines.join("\n")
+    }
+
+    /// The CRs of the watched kinds in the scenario's namespace (a kind that cannot be listed is
+    /// left out).
+    pub async fn crs(&self, kinds: &[crate::watches::Gvk]) -> Vec<Value> {
+        let mut crs = Vec::new();
+        for kind in kinds {
+            let object =
+                json!({"apiVersion": api_version(kind), "kind": kind.kind, "metadata": {"name": ""}});
+            let Ok((api, _)) = self.api(&object).await else { continue };
+            let Ok(list) = api.list(&Default::default()).await else { continue };
+            crs.extend(list.items.into_iter().map(|cr| {
+                let mut cr = serde_json::to_value(cr).unwrap_or_default();
+                cr["kind"] = json!(kind.kind);
+                cr
+            }));
+        }
+        crs
     }
 }
 
