@@ -64,12 +64,13 @@ async fn passing_scenarios_run_side_by_side_each_in_a_namespace_deleted_after() 
     let stdout = String::from_utf8_lossy(&output.stdout);
 
     // Both scenarios of tests/scenarios/, every step of each: apply, assert, idempotent, verify,
-    // patch, runs, delete, absent.
+    // plan, patch, runs, delete, absent.
     assert!(stdout.contains("2 scenario(s): 2 passed, 0 failed"), "{shown}");
-    assert_eq!(stdout.lines().filter(|line| line.starts_with("  ok ")).count(), 20, "{shown}");
+    assert_eq!(stdout.lines().filter(|line| line.starts_with("  ok ")).count(), 22, "{shown}");
     for step in [
         "idempotent files/note-cr.yaml",
         "verify files/verify-note.yml",
+        "a new text would change the ConfigMap",
         "runs Note/hello",
         "the finalizer deleted the ConfigMap",
     ] {
@@ -93,7 +94,7 @@ async fn passing_scenarios_run_side_by_side_each_in_a_namespace_deleted_after() 
     }
 
     let report = junit(&report);
-    assert_eq!((report.tests, report.failures, report.skipped), (20, 0, 0));
+    assert_eq!((report.tests, report.failures, report.skipped), (22, 0, 0));
     let mut suites: Vec<&str> = report.test_suites.iter().map(|suite| suite.name.as_str()).collect();
     suites.sort();
     assert_eq!(suites, ["note", "note-again"]);
@@ -102,18 +103,18 @@ async fn passing_scenarios_run_side_by_side_each_in_a_namespace_deleted_after() 
 }
 
 #[tokio::test]
-async fn a_failing_scenario_names_the_step_the_object_the_field_and_the_failed_task() {
+async fn a_failing_scenario_names_the_step_the_object_the_field_the_plan_and_the_failed_task() {
     let client = support::client().await;
     let work = scratch_dir("scenarios-fail");
     let report = work.join("junit.xml");
     let (output, shown) = run_test(
         &project(),
         &work,
-        &["broken", "--parallel=3", "--keep", &format!("--junit={}", report.display())],
+        &["broken", "--parallel=4", "--keep", &format!("--junit={}", report.display())],
     );
     assert_eq!(output.status.code(), Some(1), "{shown}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("3 scenario(s): 0 passed, 3 failed"), "{shown}");
+    assert!(stdout.contains("4 scenario(s): 0 passed, 4 failed"), "{shown}");
 
     // An assert that never holds: the object and its differing field, and the steps after skipped.
     assert!(stdout.contains("  FAILED  the text is bye"), "{shown}");
@@ -138,10 +139,18 @@ async fn a_failing_scenario_names_the_step_the_object_the_field_and_the_failed_t
         "{shown}"
     );
 
+    // A plan that does not hold: the field, and the plan with its diff.
+    assert_eq!(
+        after(&stdout, "FAILED  a new text changes nothing").trim(),
+        "the plan of Note/planned differs:"
+    );
+    assert!(stdout.contains("tasks[1].verdict: wanted \"ok\", got \"changed\""), "{shown}");
+    assert!(stdout.contains("data.text: \"hello\" -> \"bye\""), "{shown}");
+
     // --keep: each failed scenario's namespace is still there, with what it made.
     let api: Api<Namespace> = Api::all(client);
     let namespaces = namespaces(&stdout);
-    assert_eq!(namespaces.len(), 3, "{shown}");
+    assert_eq!(namespaces.len(), 4, "{shown}");
     for namespace in &namespaces {
         assert!(stdout.contains(&format!("namespace {namespace} kept (--keep)")), "{shown}");
         assert!(api.get_opt(namespace).await.unwrap().is_some(), "{namespace} was not kept");
@@ -149,7 +158,7 @@ async fn a_failing_scenario_names_the_step_the_object_the_field_and_the_failed_t
     }
 
     let report = junit(&report);
-    assert_eq!((report.tests, report.failures, report.skipped), (8, 3, 1), "{shown}");
+    assert_eq!((report.tests, report.failures, report.skipped), (11, 4, 1), "{shown}");
 }
 
 #[tokio::test]
@@ -164,7 +173,7 @@ async fn a_broken_scenario_file_stops_the_command_before_anything_runs() {
     assert_eq!(
         stderr.trim(),
         format!(
-            "error: {}: steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, verify)",
+            "error: {}: steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, plan, verify)",
             file.display()
         )
     );

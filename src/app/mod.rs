@@ -58,19 +58,26 @@ pub fn main(cli: Cli) -> ExitCode {
 /// and stop the warm worker last (runs in flight may finish during the graceful shutdown).
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (wired, watches) = wiring::wire(&args).await?;
-    let result = serve(&args, &wired, watches).await;
+    let result = serve(&args, &wired, watches, |_| {}).await;
     wired.launcher.stop().await;
     result
 }
 
 /// Starts what every replica runs (metrics, probes, proxy, API), then the controllers once this
-/// replica holds its Lease, and runs until a signal or a lost Lease.
-async fn serve(args: &RunArgs, wired: &Wiring, watches: Vec<Watch>) -> anyhow::Result<()> {
+/// replica holds its Lease, and runs until a signal or a lost Lease. `built` is handed the kinds as
+/// the API serves them once their controllers are built (`ansible-operator test` plans with them).
+async fn serve(
+    args: &RunArgs,
+    wired: &Wiring,
+    watches: Vec<Watch>,
+    built: impl FnOnce(Vec<crate::api::Kind>),
+) -> anyhow::Result<()> {
     servers::serve_endpoints(args, wired).await?;
     tokio::spawn(wired.history.clone().recheck(wired.shutdown.clone()));
     let dependents = wiring::dependents(args, wired);
     let proxy = servers::serve_proxy(args, wired, dependents.clone()).await?;
     let controllers = wiring::controllers(wired, watches, &proxy, &dependents).await?;
+    built(controllers.iter().map(|controller| controller.kind()).collect());
     servers::serve_api(args, wired, &controllers, &proxy).await?;
     if args.max_runner_artifacts_total > 0 {
         tokio::spawn(servers::prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));

@@ -27,8 +27,8 @@ use crate::go_duration;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The step kinds, as written.
-pub const ACTIONS: [&str; 8] =
-    ["apply", "assert", "absent", "patch", "delete", "idempotent", "runs", "verify"];
+pub const ACTIONS: [&str; 9] =
+    ["apply", "assert", "absent", "patch", "delete", "idempotent", "runs", "plan", "verify"];
 
 /// A scenario file, read.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +70,9 @@ pub enum Action {
     Idempotent(Vec<Value>),
     /// The CR's runs since the newest step that changes something started.
     Runs(Runs),
+    /// What a proposed change of a CR would do (check mode, nothing written), matched as `assert`
+    /// matches an object.
+    Plan(Plan),
     /// Runs an Ansible playbook (its `assert` tasks) against the scenario's namespace.
     Verify(PathBuf),
 }
@@ -90,6 +93,15 @@ impl Action {
     pub fn changes(&self) -> bool {
         matches!(self, Action::Apply(_) | Action::Patch(_) | Action::Delete(_) | Action::Idempotent(_))
     }
+}
+
+/// What a `plan` step proposes and expects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The CR as proposed: its `spec` is planned against the live CR.
+    pub object: Value,
+    /// What the plan must hold (`result`, `summary`, `tasks` with `name`, `verdict`, `diff`).
+    pub expect: Value,
 }
 
 /// Why a scenario file cannot be used.
@@ -211,6 +223,11 @@ impl Reader<'_> {
                 let about = name_of(&runs.object);
                 (Action::Runs(runs), about)
             }
+            "plan" => {
+                let plan = self.plan(value, &place)?;
+                let about = name_of(&plan.object);
+                (Action::Plan(plan), about)
+            }
             _ => {
                 let Some(path) = value.as_str() else {
                     return Err(self.invalid(place, format!("a playbook's path, not {}", shown(value))));
@@ -271,13 +288,7 @@ impl Reader<'_> {
             ));
         };
         self.only_keys(fields, place, &["object", "count", "result"])?;
-        let object = match fields.get("object") {
-            Some(object) => self.objects(object, &format!("{place}.object"))?,
-            None => return Err(self.invalid(place, "no `object`: the CR whose runs are counted")),
-        };
-        let [object] = &object[..] else {
-            return Err(self.invalid(format!("{place}.object"), "one CR, not a list"));
-        };
+        let object = self.one_object(fields.get("object"), place, "the CR whose runs are counted")?;
         let count = match fields.get("count") {
             Some(count) => Some(count.as_u64().ok_or_else(|| {
                 self.invalid(format!("{place}.count"), format!("a number of runs, not {}", shown(count)))
@@ -301,7 +312,39 @@ impl Reader<'_> {
         if count.is_none() && result.is_none() {
             return Err(self.invalid(place, "neither `count` nor `result`: nothing to check"));
         }
-        Ok(Runs { object: object.clone(), count, result })
+        Ok(Runs { object, count, result })
+    }
+
+    fn plan(&self, value: &Value, place: &str) -> Result<Plan, Error> {
+        let Some(fields) = value.as_object() else {
+            return Err(
+                self.invalid(place, format!("a mapping with `object` and `expect`, not {}", shown(value)))
+            );
+        };
+        self.only_keys(fields, place, &["object", "expect"])?;
+        let object = self.one_object(fields.get("object"), place, "the proposed CR")?;
+        let expect = match fields.get("expect") {
+            Some(expect @ Value::Object(_)) => expect.clone(),
+            Some(other) => {
+                return Err(
+                    self.invalid(format!("{place}.expect"), format!("a mapping, not {}", shown(other)))
+                );
+            }
+            None => return Err(self.invalid(place, "no `expect`: what the plan must hold")),
+        };
+        Ok(Plan { object, expect })
+    }
+
+    /// The one object a field names (`what` says which, when it is missing).
+    fn one_object(&self, value: Option<&Value>, place: &str, what: &str) -> Result<Value, Error> {
+        let Some(value) = value else {
+            return Err(self.invalid(place, format!("no `object`: {what}")));
+        };
+        let place = format!("{place}.object");
+        match &self.objects(value, &place)?[..] {
+            [object] => Ok(object.clone()),
+            _ => Err(self.invalid(place, "one object, not a list")),
+        }
     }
 
     fn duration(&self, value: &Value, place: &str) -> Result<Duration, Error> {
@@ -370,6 +413,7 @@ pub fn kind_of(action: &Action) -> &'static str {
         Action::Delete(_) => "delete",
         Action::Idempotent(_) => "idempotent",
         Action::Runs(_) => "runs",
+        Action::Plan(_) => "plan",
         Action::Verify(_) => "verify",
     }
 }
@@ -426,11 +470,11 @@ mod tests {
     fn errors_name_the_step_the_field_and_the_value() {
         assert_eq!(
             message("steps:\n- aply: cr.yaml\n"),
-            "steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, verify)"
+            "steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, plan, verify)"
         );
         assert_eq!(
             message("steps:\n- apply: cr.yaml\n  assert: cr.yaml\n"),
-            "steps[0]: exactly one of apply, assert, absent, patch, delete, idempotent, runs, verify (found apply and assert)"
+            "steps[0]: exactly one of apply, assert, absent, patch, delete, idempotent, runs, plan, verify (found apply and assert)"
         );
         assert_eq!(
             message("steps:\n- apply: cr.yaml\n- timeout: 3 minutes\n  absent: cr.yaml\n"),
@@ -447,6 +491,10 @@ mod tests {
             "steps[0].runs.result: Successful, Failure or TimedOut, not \"Done\""
         );
         assert_eq!(message("steps: []\n"), "steps: a non-empty list, not []");
+        assert_eq!(
+            message("steps:\n- plan: {object: {apiVersion: a/v1, kind: A, metadata: {name: x}}}\n"),
+            "steps[0].plan: no `expect`: what the plan must hold"
+        );
         assert_eq!(
             message("steps:\n- delete: 3\n"),
             "steps[0].delete: a file's path, an object or a list of objects, not 3"

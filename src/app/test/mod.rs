@@ -207,14 +207,14 @@ async fn test(
 async fn run_scenario(
     client: &kube::Client,
     history: &Arc<crate::history::History>,
-    kinds: &[crate::watches::Gvk],
+    kinds: &[crate::api::Kind],
     scenario: &Scenario,
     namespace: &str,
     keep: bool,
 ) -> ScenarioResult {
     let started = Instant::now();
     let dir = scenario.path.parent().unwrap_or(Path::new("."));
-    let stage = Stage { client, history, namespace, dir };
+    let stage = Stage { client, history, kinds, namespace, dir };
     let mut steps = Vec::new();
     // When the newest step that changes something (apply, patch, delete, idempotent) started.
     let mut change = Timestamp::now();
@@ -241,10 +241,10 @@ async fn run_scenario(
         };
         steps.push(StepResult { name: step.name.clone(), duration: clock.elapsed(), outcome });
     }
-    let context = if failed { stage.context(kinds).await } else { String::new() };
+    let context = if failed { stage.context().await } else { String::new() };
     let cleanup = match failed && keep {
         true => Some(format!("namespace {namespace} kept (--keep)")),
-        false => remove_namespace(&stage, kinds).await.err(),
+        false => remove_namespace(&stage).await.err(),
     };
     ScenarioResult {
         name: scenario.name.clone(),
@@ -259,7 +259,7 @@ async fn run_scenario(
 
 /// Deletes the namespace and waits until no CR of the watched kinds is left in it: those are what
 /// the operator, still running, must finalize; the rest (Pods terminating) goes without it.
-async fn remove_namespace(stage: &Stage<'_>, kinds: &[crate::watches::Gvk]) -> Result<(), String> {
+async fn remove_namespace(stage: &Stage<'_>) -> Result<(), String> {
     let name = stage.namespace;
     let api: Api<Namespace> = Api::all(stage.client.clone());
     if let Err(error) = api.delete(name, &DeleteParams::default()).await {
@@ -267,7 +267,7 @@ async fn remove_namespace(stage: &Stage<'_>, kinds: &[crate::watches::Gvk]) -> R
     }
     let deadline = Instant::now() + CLEANUP;
     loop {
-        let left = stage.crs(kinds).await;
+        let left = stage.crs().await;
         if left.is_empty() {
             return Ok(());
         }

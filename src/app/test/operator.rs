@@ -7,16 +7,16 @@ use anyhow::Context as _;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::Kind;
 use crate::cli::RunArgs;
 use crate::history::History;
-use crate::watches::Gvk;
 
 /// The running operator.
 pub(super) struct InProcess {
     /// Its run records.
     pub history: Arc<History>,
-    /// The kinds it watches.
-    pub kinds: Vec<Gvk>,
+    /// The kinds it watches, with their planners.
+    pub kinds: Vec<Kind>,
     stop: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -25,14 +25,21 @@ pub(super) struct InProcess {
 pub(super) async fn start(args: RunArgs, namespaces: &[String]) -> anyhow::Result<InProcess> {
     let overrides = [("WATCH_NAMESPACE", namespaces.join(","))];
     let (wired, watches) = super::super::wiring::wire_with(&args, &overrides).await?;
-    let kinds = watches.iter().map(|watch| watch.gvk.clone()).collect();
     let (history, stop) = (wired.history.clone(), wired.stop.clone());
-    let task = tokio::spawn(async move {
-        let result = super::super::serve(&args, &wired, watches).await;
+    let (built, kinds) = tokio::sync::oneshot::channel();
+    let mut task = tokio::spawn(async move {
+        let result = super::super::serve(&args, &wired, watches, |kinds| drop(built.send(kinds))).await;
         wired.launcher.stop().await;
         result
     });
-    Ok(InProcess { history, kinds, stop, task })
+    // Its controllers are built, or it stopped before (a port in use): then why.
+    match kinds.await {
+        Ok(kinds) => Ok(InProcess { history, kinds, stop, task }),
+        Err(_) => {
+            (&mut task).await.context("the operator's task")??;
+            anyhow::bail!("the operator stopped before its controllers were built")
+        }
+    }
 }
 
 impl InProcess {

@@ -12,11 +12,12 @@ use kube::discovery::Scope;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use crate::api::Kind;
 use crate::history::History;
 use crate::reconcile::annotations::{RECONCILE_REQUESTED, ReconcileRequest};
 use crate::runner::event::readable_lines;
 use crate::scenario::matching::differences;
-use crate::scenario::{Action, Runs, Step, name_of};
+use crate::scenario::{Action, Plan, Runs, Step, name_of};
 
 /// The field manager of what scenarios apply.
 const FIELD_MANAGER: &str = "ansible-operator-test";
@@ -31,6 +32,8 @@ const LOG_LINES: usize = 25;
 pub(super) struct Stage<'a> {
     pub client: &'a Client,
     pub history: &'a History,
+    /// The kinds the operator watches, with their planners.
+    pub kinds: &'a [Kind],
     /// The scenario's namespace: objects without one are in it.
     pub namespace: &'a str,
     /// The scenario file's directory.
@@ -109,6 +112,7 @@ impl Stage<'_> {
                 Ok(())
             }
             Action::Runs(runs) => until(timeout, || self.runs(runs, change)).await,
+            Action::Plan(plan) => self.plan(plan, timeout).await,
             Action::Verify(playbook) => self.verify(playbook, timeout).await,
         }
     }
@@ -299,6 +303,43 @@ impl Stage<'_> {
         }
     }
 
+    /// Plans the proposed CR's spec against the live CR and matches the plan with what is expected.
+    async fn plan(&self, plan: &Plan, timeout: Duration) -> Result<(), String> {
+        let name = name_of(&plan.object);
+        let api_version = plan.object["apiVersion"].as_str().unwrap_or_default();
+        let kind = self
+            .kinds
+            .iter()
+            .find(|kind| {
+                kind.resource.api_version == api_version && kind.resource.kind == plan.object["kind"]
+            })
+            .ok_or_else(|| format!("{name} ({api_version}) is not a kind the operator watches"))?;
+        let api = self.kind_api(kind);
+        let cr_name = plan.object["metadata"]["name"].as_str().unwrap_or_default();
+        let live = until(timeout, || async {
+            let found = api.get_opt(cr_name).await.map_err(|error| in_object(&plan.object, error))?;
+            found.ok_or_else(|| Miss::Again(format!("{name}: not found")))
+        })
+        .await?;
+        let spec = plan.object.get("spec").cloned().unwrap_or_else(|| json!({}));
+        let planned =
+            tokio::time::timeout(timeout, kind.planner.plan(&live, spec, REQUESTER)).await.map_err(|_| {
+                format!("the plan of {name} did not end in {}", crate::go_duration::format(timeout))
+            })?;
+        let found = differences(&plan.expect, &serde_json::to_value(&planned).unwrap_or_default());
+        if found.is_empty() {
+            return Ok(());
+        }
+        let lines: Vec<String> = found.iter().map(|d| format!("  {d}")).collect();
+        let message = planned.message.as_deref().map(|m| format!("\n{m}")).unwrap_or_default();
+        Err(format!(
+            "the plan of {name} differs:\n{}\nthe plan ({}):\n{}{message}",
+            lines.join("\n"),
+            planned.result,
+            crate::plan::render(&planned.plan).trim_end()
+        ))
+    }
+
     /// Runs the playbook with `ansible-playbook` on localhost, given the scenario's namespace.
     async fn verify(&self, playbook: &Path, timeout: Duration) -> Result<(), String> {
         // The playbook's own interpreter on localhost, as the operator's runs have it.
@@ -338,9 +379,9 @@ impl Stage<'_> {
 
     /// What a failed scenario's report shows beside the step: each CR's conditions and the newest
     /// failed run's task and output.
-    pub async fn context(&self, kinds: &[crate::watches::Gvk]) -> String {
+    pub async fn context(&self) -> String {
         let mut lines = Vec::new();
-        for cr in self.crs(kinds).await {
+        for cr in self.crs().await {
             lines.push(format!("{}:", name_of(&cr)));
             for condition in cr["status"]["conditions"].as_array().into_iter().flatten() {
                 let message = condition["message"].as_str().unwrap_or_default();
@@ -370,28 +411,25 @@ impl Stage<'_> {
 
     /// The CRs of the watched kinds in the scenario's namespace (a kind that cannot be listed is
     /// left out).
-    pub async fn crs(&self, kinds: &[crate::watches::Gvk]) -> Vec<Value> {
+    pub async fn crs(&self) -> Vec<Value> {
         let mut crs = Vec::new();
-        for kind in kinds {
-            let object =
-                json!({"apiVersion": api_version(kind), "kind": kind.kind, "metadata": {"name": ""}});
-            let Ok((api, _)) = self.api(&object).await else { continue };
-            let Ok(list) = api.list(&Default::default()).await else { continue };
+        for kind in self.kinds {
+            let Ok(list) = self.kind_api(kind).list(&Default::default()).await else { continue };
             crs.extend(list.items.into_iter().map(|cr| {
                 let mut cr = serde_json::to_value(cr).unwrap_or_default();
-                cr["kind"] = json!(kind.kind);
+                cr["kind"] = json!(kind.resource.kind);
                 cr
             }));
         }
         crs
     }
-}
 
-/// `group/version` of a kind.
-fn api_version(kind: &crate::watches::Gvk) -> String {
-    match kind.group.is_empty() {
-        true => kind.version.clone(),
-        false => format!("{}/{}", kind.group, kind.version),
+    /// A watched kind's CRs in the scenario's namespace.
+    fn kind_api(&self, kind: &Kind) -> Api<DynamicObject> {
+        match kind.namespaced {
+            true => Api::namespaced_with(self.client.clone(), self.namespace, &kind.resource),
+            false => Api::all_with(self.client.clone(), &kind.resource),
+        }
     }
 }
 
