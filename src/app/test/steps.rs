@@ -6,8 +6,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Event;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -25,6 +26,8 @@ const FIELD_MANAGER: &str = "ansible-operator-test";
 const REQUESTER: &str = "ansible-operator test";
 /// Between two looks at the cluster.
 const POLL: Duration = Duration::from_millis(250);
+/// Warning Events of the namespace shown when a scenario fails.
+const WARNINGS: usize = 10;
 /// Lines of a failed run's output shown.
 const LOG_LINES: usize = 25;
 
@@ -395,6 +398,7 @@ impl Stage<'_> {
                 ));
             }
         }
+        lines.extend(self.warnings().await);
         let runs = self.history.all_runs(Some(self.namespace)).await.unwrap_or_default();
         if let Some(run) = runs.iter().find(|run| run["spec"]["result"] != "Successful") {
             let owner = &run["spec"]["owner"];
@@ -407,6 +411,38 @@ impl Stage<'_> {
             ));
         }
         lines.join("\n")
+    }
+
+    /// The newest warning Events in the scenario's namespace (a Pod that cannot start, an image
+    /// that cannot be pulled), oldest first.
+    async fn warnings(&self) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), self.namespace);
+        let Ok(list) = api.list(&ListParams::default().fields("type=Warning")).await else {
+            return Vec::new();
+        };
+        let mut events = list.items;
+        events.sort_by_key(|event| {
+            let last = event.last_timestamp.as_ref().map(|time| time.0);
+            last.or(event.event_time.as_ref().map(|time| time.0))
+        });
+        let start = events.len().saturating_sub(WARNINGS);
+        let mut lines: Vec<String> = events[start..]
+            .iter()
+            .map(|event| {
+                let about = &event.involved_object;
+                format!(
+                    "  {}/{}: {} {}",
+                    about.kind.as_deref().unwrap_or_default(),
+                    about.name.as_deref().unwrap_or_default(),
+                    event.reason.as_deref().unwrap_or_default(),
+                    event.message.as_deref().unwrap_or_default().trim()
+                )
+            })
+            .collect();
+        if !lines.is_empty() {
+            lines.insert(0, "warning events in the namespace:".to_string());
+        }
+        lines
     }
 
     /// The CRs of the watched kinds in the scenario's namespace (a kind that cannot be listed is
