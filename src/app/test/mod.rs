@@ -3,6 +3,7 @@
 //! (removed after it, kept on failure with `--keep`); the CRDs are applied once first; scenarios run
 //! `--parallel` at a time; the exit code is 0 only when every step of every scenario passed.
 
+mod context;
 mod operator;
 mod report;
 mod steps;
