@@ -63,7 +63,11 @@ async fn a_plan_shows_what_a_change_would_do_and_changes_nothing() {
         tokio::time::sleep(Duration::from_secs(4)).await;
         let (second, again) = snapshot().await?;
         let runs = again["runs"].clone();
+        // A run admitted but waiting for the run budget has written `Running` without being in
+        // flight yet: settled is `Successful` too.
+        let successful = support::condition(&second, "Successful").is_some_and(|c| c["status"] == "True");
         let settled = first.data["status"] == second.data["status"]
+            && successful
             && detail["runs"] == runs
             && runs.as_array().is_some_and(|r| !r.is_empty())
             && again["inFlight"].is_null();
