@@ -112,6 +112,21 @@ async fn open_sign_in(browser: &Client, url: &str, label: &str) -> Element {
     }
 }
 
+/// The element matching `css` once it is shown: the signed-in view is in the page, hidden, before
+/// the sign-in is done, and typing into it then fails (ElementNotInteractable).
+async fn displayed(browser: &Client, css: &str) -> Element {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Ok(element) = browser.find(Locator::Css(css)).await
+            && element.is_displayed().await.unwrap_or(false)
+        {
+            return element;
+        }
+        assert!(std::time::Instant::now() < deadline, "{css} not shown after {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Texts of the elements matching `css`.
 async fn texts(browser: &Client, css: &str) -> Result<Vec<String>, String> {
     // The page re-renders on every refresh: an element found may be replaced before it is read.
@@ -292,7 +307,7 @@ async fn edit_a_crs_spec_and_plan_it_to_see_what_it_would_do() {
     let field = open_sign_in(&browser, &api.url("/"), "console-plan").await;
     field.send_keys(&token).await.unwrap();
     browser.find(Locator::Css("#sign-in")).await.unwrap().click().await.unwrap();
-    let namespace = browser.wait().at_most(WAIT).for_element(Locator::Css("#namespace")).await.unwrap();
+    let namespace = displayed(&browser, "#namespace").await;
     namespace.send_keys(&format!("{}\u{E007}", ns.name)).await.unwrap();
     wait_texts(&browser, ".cr-row", "the CR", |rows| rows.iter().any(|row| row.contains("app"))).await;
     browser.find(Locator::LinkText("app")).await.unwrap().click().await.unwrap();

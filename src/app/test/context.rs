@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use super::steps::{Stage, record_name};
+use super::stage::Stage;
 use crate::runner::event::readable_lines;
 use crate::scenario::name_of;
 
@@ -116,4 +116,8 @@ pub(super) fn tail(text: &str, count: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
     let start = lines.len().saturating_sub(count);
     lines[start..].iter().map(|line| format!("    {line}")).collect::<Vec<_>>().join("\n")
+}
+
+pub(super) fn record_name(record: &Value) -> String {
+    record["metadata"]["name"].as_str().unwrap_or_default().to_string()
 }

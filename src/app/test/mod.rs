@@ -6,6 +6,7 @@
 mod context;
 mod operator;
 mod report;
+mod stage;
 mod steps;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ use serde_json::json;
 use crate::cli::{Cli, Command, RunArgs, TestArgs};
 use crate::scenario::{self, Scenario};
 use report::{Outcome, ScenarioResult, StepResult};
-use steps::Stage;
+use stage::Stage;
 
 /// The label on the namespaces scenarios run in: the scenario's name.
 const SCENARIO_LABEL: &str = "ansible-operator.dev/test-scenario";
