@@ -99,22 +99,27 @@ fn scenario_files(args: &TestArgs) -> anyhow::Result<Vec<PathBuf>> {
     };
     let mut files = Vec::new();
     for path in &paths {
-        if !path.is_dir() {
-            files.push(path.clone());
-            continue;
-        }
-        let mut found: Vec<PathBuf> = std::fs::read_dir(path)
-            .with_context(|| format!("read {}", path.display()))?
-            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-            .filter(|file| file.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
-            .collect();
-        found.sort();
+        let found = yaml_files(path)?;
         if found.is_empty() {
             bail!("{}: no scenario files (*.yaml, *.yml)", path.display());
         }
         files.extend(found);
     }
     Ok(files)
+}
+
+/// `path` when it is a file, else the directory's `*.yaml` and `*.yml` files in name order.
+fn yaml_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("read {}", path.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|file| file.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
+        .collect();
+    found.sort();
+    Ok(found)
 }
 
 fn project_dir(args: &TestArgs) -> PathBuf {
@@ -181,12 +186,12 @@ async fn test(
             .with_context(|| format!("create namespace {name}"))?;
     }
     let operator = operator::start(run_args, &namespaces).await?;
-    let stage = |scenario: Scenario, namespace: String| {
+    let run = |scenario: Scenario, namespace: String| {
         let (client, history, kinds) = (&client, &operator.history, &operator.kinds);
         async move { run_scenario(client, history, kinds, &scenario, &namespace, args.keep).await }
     };
     let mut results = Vec::new();
-    let mut running = futures::stream::iter(scenarios.into_iter().zip(namespaces).map(|(s, n)| stage(s, n)))
+    let mut running = futures::stream::iter(scenarios.into_iter().zip(namespaces).map(|(s, n)| run(s, n)))
         .buffer_unordered(args.parallel.into());
     while let Some(result) = running.next().await {
         print!("{}", report::render(&result));
@@ -216,7 +221,7 @@ async fn run_scenario(
 ) -> ScenarioResult {
     let started = Instant::now();
     let dir = scenario.path.parent().unwrap_or(Path::new("."));
-    let stage = Stage { client, history, kinds, namespace, dir };
+    let stage = Stage::new(client, history, kinds, namespace, dir);
     let mut steps = Vec::new();
     // When the newest step that changes something (apply, patch, delete, idempotent) started.
     let mut change = Timestamp::now();
@@ -300,18 +305,7 @@ fn crd_files(args: &TestArgs) -> anyhow::Result<Vec<PathBuf>> {
     };
     let mut files = Vec::new();
     for path in paths {
-        match path.is_dir() {
-            true => {
-                let mut found: Vec<PathBuf> = std::fs::read_dir(&path)
-                    .with_context(|| format!("read {}", path.display()))?
-                    .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-                    .filter(|file| file.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
-                    .collect();
-                found.sort();
-                files.extend(found);
-            }
-            false => files.push(path),
-        }
+        files.extend(yaml_files(&path)?);
     }
     Ok(files)
 }

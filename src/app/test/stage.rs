@@ -1,11 +1,13 @@
 //! Where a scenario's steps run (its namespace, the operator's kinds and run records), and how a
 //! step looks at the cluster until what it waits for holds.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use kube::Client;
-use kube::api::{Api, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -27,6 +29,20 @@ pub(super) struct Stage<'a> {
     pub namespace: &'a str,
     /// The scenario file's directory.
     pub dir: &'a Path,
+    /// The resource and scope of each kind a step named, found once (`group/version/kind`).
+    discovered: Mutex<HashMap<String, (ApiResource, Scope)>>,
+}
+
+impl<'a> Stage<'a> {
+    pub fn new(
+        client: &'a Client,
+        history: &'a History,
+        kinds: &'a [Kind],
+        namespace: &'a str,
+        dir: &'a Path,
+    ) -> Self {
+        Stage { client, history, kinds, namespace, dir, discovered: Mutex::default() }
+    }
 }
 
 /// Why one look did not settle the step.
@@ -75,12 +91,22 @@ impl Stage<'_> {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let kind = object["kind"].as_str().unwrap_or_default();
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (resource, capabilities) = kube::discovery::pinned_kind(self.client, &gvk)
-            .await
-            .map_err(|error| Miss::Again(format!("{kind} ({api_version}) is not served: {error}")))?;
+        let key = format!("{api_version}/{kind}");
+        let known = self.discovered().get(&key).cloned();
+        let (resource, scope) = match known {
+            Some(found) => found,
+            None => {
+                // Looked up until served (a CRD just applied), and then kept for the steps after.
+                let gvk = GroupVersionKind::gvk(group, version, kind);
+                let (resource, capabilities) = kube::discovery::pinned_kind(self.client, &gvk)
+                    .await
+                    .map_err(|error| Miss::Again(format!("{kind} ({api_version}) is not served: {error}")))?;
+                self.discovered().insert(key, (resource.clone(), capabilities.scope.clone()));
+                (resource, capabilities.scope)
+            }
+        };
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let api = match capabilities.scope {
+        let api = match scope {
             Scope::Namespaced => {
                 let namespace = object["metadata"]["namespace"].as_str().unwrap_or(self.namespace);
                 Api::namespaced_with(self.client.clone(), namespace, &resource)
@@ -90,11 +116,15 @@ impl Stage<'_> {
         Ok((api, name))
     }
 
-    /// The CRs of the watched kinds in the scenario's namespace (a kind that cannot be listed is
-    /// left out).
+    fn discovered(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ApiResource, Scope)>> {
+        self.discovered.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The CRs of the watched namespaced kinds in the scenario's namespace (a kind that cannot be
+    /// listed is left out; cluster-scoped CRs are in no namespace).
     pub async fn crs(&self) -> Vec<Value> {
         let mut crs = Vec::new();
-        for kind in self.kinds {
+        for kind in self.kinds.iter().filter(|kind| kind.namespaced) {
             let Ok(list) = self.kind_api(kind).list(&Default::default()).await else { continue };
             crs.extend(list.items.into_iter().map(|cr| {
                 let mut cr = serde_json::to_value(cr).unwrap_or_default();
