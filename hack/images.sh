@@ -49,6 +49,18 @@ podman_() {
 
 exists() { podman_ image exists "$1"; }
 
+# Whether image $1 exists and was built from Containerfile $2 as it is now (its digest is the
+# image's label `ansible-operator.dev/containerfile`), so a changed Containerfile rebuilds it.
+current() {
+  local digest
+  digest=$(sha256sum "$2" | cut -d' ' -f1)
+  exists "$1" &&
+    [[ $(podman_ image inspect --format '{{index .Labels "ansible-operator.dev/containerfile"}}' "$1") == "$digest" ]]
+}
+
+# The build flag that labels an image with its Containerfile's digest (see current).
+containerfile_label() { echo "--label=ansible-operator.dev/containerfile=$(sha256sum "$1" | cut -d' ' -f1)"; }
+
 # The full reference containerd and the kubelet use for a name (`memcached:1` is
 # docker.io/library/memcached:1).
 normalized() {
@@ -123,10 +135,12 @@ node() {
     build -t "$pause_image" -f "$dir/pause.Containerfile" "$dir" >/dev/null
     rm -rf "$dir"
   fi
-  if ! exists "$memcached_image"; then
+  local memcached_file="$repo/hack/node/memcached.Containerfile"
+  if ! current "$memcached_image" "$memcached_file"; then
     log "building $memcached_image: memcached=$memcached_version"
     build --build-arg "BASE_IMAGE=$debian_image" --build-arg "MEMCACHED_VERSION=$memcached_version" \
-      -t "$memcached_image" -f "$repo/hack/node/memcached.Containerfile" "$repo/hack/node" >/dev/null
+      "$(containerfile_label "$memcached_file")" -t "$memcached_image" -f "$memcached_file" \
+      "$repo/hack/node" >/dev/null
   fi
   log "node images: $pause_image, $memcached_image"
 }
