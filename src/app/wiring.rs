@@ -181,9 +181,16 @@ pub(super) async fn controllers(
 }
 
 /// The environment watches are loaded with, with `--ansible-roles-path` and
-/// `--ansible-collections-path` applied, and the same two for playbooks.
+/// `--ansible-collections-path` applied, and the same two for playbooks; playbooks also get
+/// `--user-metrics-bind-address` (unless disabled), where `osdk_metric` posts by default.
 fn environment(args: &RunArgs) -> anyhow::Result<(Environment, Vec<(String, String)>)> {
-    paths_environment(&args.shape.ansible_roles_path, &args.shape.ansible_collections_path)
+    let (env, mut playbook_env) =
+        paths_environment(&args.shape.ansible_roles_path, &args.shape.ansible_collections_path)?;
+    if args.user_metrics_bind_address != "0" {
+        let address = args.user_metrics_bind_address.clone();
+        playbook_env.push(("ANSIBLE_OPERATOR_USER_METRICS_BIND_ADDRESS".into(), address));
+    }
+    Ok((env, playbook_env))
 }
 
 /// [`environment`] from the two paths (`run`'s and `replay`'s flags).

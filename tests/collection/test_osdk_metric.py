@@ -1,10 +1,15 @@
 """operator_sdk.util.osdk_metric: posts metric updates as JSON to the user-metrics endpoint."""
 
+import importlib.util
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+from conftest import OFFLINE_ENV, run_tasks
+
+MODULE = Path(__file__).parents[2] / "collections/ansible_collections/operator_sdk/util/plugins/modules/osdk_metric.py"
 
 
 class MetricsReceiver:
@@ -208,3 +213,32 @@ def test_a_type_without_options_registers_the_metric_as_upstream_s_scaffold_does
         {"name": "sanity_histogram", "description": "d", "histogram": {}},
         {"name": "sanity_summary", "description": "d", "summary": {}},
     ]
+
+
+def test_without_an_address_it_posts_to_the_endpoint_the_operator_gives_its_runs(receiver, tmp_path):
+    port = receiver.address.split(":")[2].split("/")[0]
+    env = dict(OFFLINE_ENV, ANSIBLE_OPERATOR_USER_METRICS_BIND_ADDRESS="127.0.0.1:%s" % port)
+    task = {"operator_sdk.util.osdk_metric": {"name": "runs", "description": "Runs", "gauge": {"set": 3}}}
+    [result] = run_tasks([task], tmp_path / "run", env=env)
+
+    assert not result.get("failed"), result
+    assert [request["body"] for request in receiver.requests] == [
+        {"name": "runs", "description": "Runs", "gauge": {"set": 3.0}}
+    ]
+
+
+@pytest.mark.parametrize(
+    "bound, address",
+    [
+        ("127.0.0.1:5051", "http://127.0.0.1:5051/metrics"),
+        (":5051", "http://localhost:5051/metrics"),
+        ("0.0.0.0:5051", "http://localhost:5051/metrics"),
+        ("", "http://localhost:5050/metrics"),
+        ("0", "http://localhost:5050/metrics"),
+    ],
+)
+def test_the_default_address_follows_the_operators_bind_address(bound, address):
+    spec = importlib.util.spec_from_file_location("osdk_metric", MODULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.default_address({"ANSIBLE_OPERATOR_USER_METRICS_BIND_ADDRESS": bound}) == address

@@ -31,8 +31,10 @@ options:
   address:
     description:
       - URL of the user-metrics endpoint.
+      - Default, the endpoint of the operator running the playbook (it sets
+        C(ANSIBLE_OPERATOR_USER_METRICS_BIND_ADDRESS) for its runs), else upstream's
+        C(http://localhost:5050/metrics).
     type: str
-    default: http://localhost:5050/metrics
   counter:
     description:
       - Update a counter with I(increment) or I(add); empty, only register it.
@@ -128,6 +130,7 @@ status:
 """
 
 import json
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from urllib.error import HTTPError, URLError
@@ -135,6 +138,8 @@ from urllib.request import Request, urlopen
 
 METRIC_TYPES = ("counter", "gauge", "histogram", "summary")
 TIMEOUT_SECONDS = 10
+UPSTREAM_ADDRESS = "http://localhost:5050/metrics"
+BIND_ADDRESS_ENV = "ANSIBLE_OPERATOR_USER_METRICS_BIND_ADDRESS"
 
 
 def argument_spec():
@@ -142,7 +147,7 @@ def argument_spec():
     return dict(
         name=dict(type="str", required=True),
         description=dict(type="str", required=True),
-        address=dict(type="str", default="http://localhost:5050/metrics"),
+        address=dict(type="str"),
         counter=dict(type="dict", options=dict(increment=dict(type="bool"), add=dict(type="float"))),
         gauge=dict(
             type="dict",
@@ -158,6 +163,18 @@ def argument_spec():
         histogram=dict(type="dict", options=dict(observe)),
         summary=dict(type="dict", options=dict(observe)),
     )
+
+
+def default_address(environ):
+    """The endpoint of the operator running the playbook, from the bind address it gives its runs
+    (``127.0.0.1:5050``, ``:5050``, ``0.0.0.0:5050``), else upstream's fixed one."""
+    bound = environ.get(BIND_ADDRESS_ENV, "")
+    host, _, port = bound.rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return UPSTREAM_ADDRESS
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        host = "localhost"
+    return "http://%s:%s/metrics" % (host, port)
 
 
 def metric_document(params):
@@ -187,7 +204,7 @@ def main():
     if module.check_mode:
         module.exit_json(changed=True, metric=document)
 
-    address = module.params["address"]
+    address = module.params["address"] or default_address(os.environ)
     request = Request(
         address,
         data=json.dumps(document).encode("utf-8"),
