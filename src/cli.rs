@@ -53,6 +53,12 @@ pub struct TestArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_WATCHES_FILE", default_value = "./watches.yaml")]
     pub watches_file: std::path::PathBuf,
 
+    /// A molecule scenario directory (`molecule/default`) whose `verify.yml` runs against the
+    /// operator in this process, as molecule would run it against a deployed manager. Repeatable;
+    /// with it, no scenario files run unless they are given too.
+    #[arg(long)]
+    pub molecule: Vec<std::path::PathBuf>,
+
     /// CRD files, or directories of them, applied once before the scenarios. Default:
     /// `config/crd/bases` beside the watches file (the scaffold's), else `deploy/crds`.
     #[arg(long, value_delimiter = ',')]

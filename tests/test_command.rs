@@ -192,3 +192,51 @@ async fn memcached_role_scenario_passes_through_the_command() {
     assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
     assert!(stdout.lines().any(|line| line.starts_with("  ok      idempotent Memcached/sample")), "{shown}");
 }
+
+/// Upstream's own scaffold test project (ansible-operator-plugins' memcached-molecule-operator,
+/// tests/fixtures/memcached-molecule-operator) runs its molecule scenario as it is, against the
+/// operator in the command's process: every task runs but those that read the manager's own Pod.
+#[tokio::test]
+async fn upstreams_memcached_role_molecule_scenario_passes_against_the_operator_in_process() {
+    let client = support::client().await;
+    support::node::require_ready_node(&client).await;
+    let project = fixtures().join("memcached-molecule-operator");
+    let work = scratch_dir("molecule-upstream");
+    let report = work.join("junit.xml");
+    let (output, shown) =
+        run_test(&project, &work, &["--molecule=molecule/default", &format!("--junit={}", report.display())]);
+    assert!(output.status.success(), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
+    assert!(stdout.lines().any(|line| line.starts_with("  ok      verify.yml")), "{shown}");
+    let skipped: Vec<&str> = stdout.lines().filter(|line| line.starts_with("  skipped ")).collect();
+    assert_eq!(skipped.len(), 9, "{shown}");
+    assert_eq!(
+        after(&stdout, "Curl the metrics from the manager (tasks/memcached_test.yml)").trim(),
+        "it uses `output`, which comes from the manager's Pod",
+        "{shown}"
+    );
+    let report = junit(&report);
+    assert_eq!((report.tests, report.failures, report.skipped), (10, 0, 9), "{shown}");
+    let api: Api<Namespace> = Api::all(client);
+    for namespace in namespaces(&stdout) {
+        assert!(
+            api.get_opt(&namespace).await.unwrap().is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        );
+    }
+}
+
+/// A molecule scenario whose check fails: the report names the task and its message, and the CR.
+#[tokio::test]
+async fn a_failing_molecule_check_names_the_task_and_its_message() {
+    let work = scratch_dir("molecule-failing");
+    let (output, shown) = run_test(&project(), &work, &["--molecule=molecule/wrong-text"]);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("1 scenario(s): 0 passed, 1 failed"), "{shown}");
+    assert!(stdout.contains("  FAILED  verify.yml"), "{shown}");
+    assert!(stdout.contains("molecule/wrong-text/verify.yml failed (exit status: 2):"), "{shown}");
+    assert!(stdout.contains("TASK [The Note's ConfigMap says goodbye]"), "{shown}");
+    assert!(stdout.contains(r#""msg": "the ConfigMap says hello""#), "{shown}");
+    assert!(stdout.contains("Successful=True (Successful)"), "{shown}");
+}

@@ -1,6 +1,7 @@
 //! Scenarios for `ansible-operator test`: a YAML file of steps (apply, assert, absent, patch,
 //! delete, idempotent, runs, verify), read into typed steps with errors that name the file, the step
-//! and the field; and the partial match that `assert` uses ([`matching`]).
+//! and the field; the partial match that `assert` uses ([`matching`]); and molecule scenarios read
+//! as scenarios ([`molecule`]).
 //!
 //! ```yaml
 //! timeout: 2m               # each step's, unless the step sets its own
@@ -15,6 +16,7 @@
 //! ```
 
 pub mod matching;
+pub mod molecule;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -75,6 +77,10 @@ pub enum Action {
     Plan(Plan),
     /// Runs an Ansible playbook (its `assert` tasks) against the scenario's namespace.
     Verify(PathBuf),
+    /// Runs a molecule scenario's `verify.yml` as molecule would ([`molecule`]).
+    Molecule(Box<molecule::Molecule>),
+    /// A molecule task that cannot run against the operator in this process: why.
+    NotHere(String),
 }
 
 /// What a `runs` step expects.
@@ -91,7 +97,14 @@ pub struct Runs {
 impl Action {
     /// Whether the step changes something in the cluster (and so may cause runs).
     pub fn changes(&self) -> bool {
-        matches!(self, Action::Apply(_) | Action::Patch(_) | Action::Delete(_) | Action::Idempotent(_))
+        matches!(
+            self,
+            Action::Apply(_)
+                | Action::Patch(_)
+                | Action::Delete(_)
+                | Action::Idempotent(_)
+                | Action::Molecule(_)
+        )
     }
 }
 
@@ -415,6 +428,8 @@ pub fn kind_of(action: &Action) -> &'static str {
         Action::Runs(_) => "runs",
         Action::Plan(_) => "plan",
         Action::Verify(_) => "verify",
+        Action::Molecule(_) => "molecule",
+        Action::NotHere(_) => "skipped",
     }
 }
 

@@ -64,12 +64,14 @@ impl Stage<'_> {
             .iter()
             .map(|event| {
                 let about = &event.involved_object;
+                // The first line: a failed run's is its output, shown below.
+                let message = event.message.as_deref().unwrap_or_default().trim();
                 format!(
                     "  {}/{}: {} {}",
                     about.kind.as_deref().unwrap_or_default(),
                     about.name.as_deref().unwrap_or_default(),
                     event.reason.as_deref().unwrap_or_default(),
-                    event.message.as_deref().unwrap_or_default().trim()
+                    message.lines().next().unwrap_or_default()
                 )
             })
             .collect();

@@ -4,6 +4,7 @@
 //! `--parallel` at a time; the exit code is 0 only when every step of every scenario passed.
 
 mod context;
+mod molecule;
 mod operator;
 mod report;
 mod stage;
@@ -25,7 +26,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use serde_json::json;
 
 use crate::cli::{Cli, Command, RunArgs, TestArgs};
-use crate::scenario::{self, Scenario};
+use crate::scenario::{self, Action, Scenario};
 use report::{Outcome, ScenarioResult, StepResult};
 use stage::Stage;
 
@@ -75,8 +76,12 @@ pub fn main(args: TestArgs) -> ExitCode {
 /// Reads every scenario (a broken one stops the command before anything starts), the operator's
 /// flags, and makes the work directory the operator logs to.
 fn prepare(args: &TestArgs) -> anyhow::Result<(Vec<Scenario>, RunArgs, PathBuf)> {
-    let scenarios =
+    let mut scenarios =
         scenario_files(args)?.iter().map(|file| scenario::load(file)).collect::<Result<Vec<_>, _>>()?;
+    let project = std::path::absolute(project_dir(args)).context("the project's directory")?;
+    for dir in &args.molecule {
+        scenarios.push(scenario::molecule::load(dir, &project)?);
+    }
     let work = match &args.work_dir {
         Some(dir) => dir.clone(),
         None => {
@@ -91,11 +96,11 @@ fn prepare(args: &TestArgs) -> anyhow::Result<(Vec<Scenario>, RunArgs, PathBuf)>
 }
 
 /// The scenario files: those given (a directory's `*.yaml` and `*.yml`), else `tests/scenarios`
-/// beside the watches file.
+/// beside the watches file unless molecule scenarios are given.
 fn scenario_files(args: &TestArgs) -> anyhow::Result<Vec<PathBuf>> {
-    let paths = match args.paths.is_empty() {
-        true => vec![project_dir(args).join("tests/scenarios")],
-        false => args.paths.clone(),
+    let paths = match (args.paths.is_empty(), args.molecule.is_empty()) {
+        (true, true) => vec![project_dir(args).join("tests/scenarios")],
+        _ => args.paths.clone(),
     };
     let mut files = Vec::new();
     for path in &paths {
@@ -130,8 +135,9 @@ fn project_dir(args: &TestArgs) -> PathBuf {
         .to_path_buf()
 }
 
-/// `run`'s flags for the operator: the watches file, a runner directory in `work`, every port
-/// chosen by the system, console logs; then the user's flags after `--`, which win.
+/// `run`'s flags for the operator: the watches file, a runner directory in `work`, the project's
+/// `roles/` as the roles path (unless `ANSIBLE_ROLES_PATH` is set), every port chosen by the system,
+/// console logs; then the user's flags after `--`, which win.
 fn run_args(args: &TestArgs, work: &Path) -> anyhow::Result<RunArgs> {
     let mut argv: Vec<String> = vec![
         "ansible-operator".into(),
@@ -140,15 +146,19 @@ fn run_args(args: &TestArgs, work: &Path) -> anyhow::Result<RunArgs> {
         format!("--runner-dir={}", work.join("runner").display()),
         "--zap-encoder=console".into(),
     ];
-    for flag in [
-        "--proxy-port",
-        "--metrics-bind-address",
-        "--health-probe-bind-address",
-        "--user-metrics-bind-address",
-        "--api-bind-address",
-    ] {
+    // As the scaffold's `make run`: roles from the project's `roles/` unless a path is set.
+    let roles = std::path::absolute(project_dir(args).join("roles")).context("the project's roles")?;
+    if std::env::var_os("ANSIBLE_ROLES_PATH").is_none() && roles.is_dir() {
+        argv.push(format!("--ansible-roles-path={}", roles.display()));
+    }
+    for flag in
+        ["--proxy-port", "--metrics-bind-address", "--health-probe-bind-address", "--api-bind-address"]
+    {
         argv.push(format!("{flag}=0"));
     }
+    // A free port for the metrics playbooks send (`osdk_metric` finds it in the runs' environment).
+    let free = std::net::TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr());
+    argv.push(format!("--user-metrics-bind-address={}", free.context("find a free port")?));
     argv.extend(args.operator_args.iter().cloned());
     match Cli::try_parse_from(argv).context("the operator's flags (after --)")?.command {
         Command::Run(run) => Ok(*run),
@@ -188,7 +198,7 @@ async fn test(
     let operator = operator::start(run_args, &namespaces).await?;
     let run = |scenario: Scenario, namespace: String| {
         let (client, history, kinds) = (&client, &operator.history, &operator.kinds);
-        async move { run_scenario(client, history, kinds, &scenario, &namespace, args.keep).await }
+        async move { run_scenario(client, history, kinds, &scenario, &namespace, work, args.keep).await }
     };
     let mut results = Vec::new();
     let mut running = futures::stream::iter(scenarios.into_iter().zip(namespaces).map(|(s, n)| run(s, n)))
@@ -217,21 +227,27 @@ async fn run_scenario(
     kinds: &[crate::api::Kind],
     scenario: &Scenario,
     namespace: &str,
+    work: &Path,
     keep: bool,
 ) -> ScenarioResult {
     let started = Instant::now();
     let dir = scenario.path.parent().unwrap_or(Path::new("."));
-    let stage = Stage::new(client, history, kinds, namespace, dir);
+    let stage = Stage::new(client, history, kinds, namespace, dir, work);
     let mut steps = Vec::new();
     // When the newest step that changes something (apply, patch, delete, idempotent) started.
     let mut change = Timestamp::now();
     let mut failed = false;
     for step in &scenario.steps {
-        if failed {
+        let skipped = match &step.action {
+            Action::NotHere(why) => Some(Some(why.clone())),
+            _ if failed => Some(None),
+            _ => None,
+        };
+        if let Some(why) = skipped {
             steps.push(StepResult {
                 name: step.name.clone(),
                 duration: Duration::ZERO,
-                outcome: Outcome::Skipped,
+                outcome: Outcome::Skipped(why),
             });
             continue;
         }

@@ -43,14 +43,15 @@ pub(super) enum Outcome {
     Passed,
     /// It did not: why.
     Failed(String),
-    /// A step before it failed.
-    Skipped,
+    /// Not run: why (none: a step before it failed).
+    Skipped(Option<String>),
 }
 
 impl ScenarioResult {
-    /// Whether every step passed.
+    /// Whether no step failed (a step skipped for what it needs passes; after a failure, none
+    /// does).
     pub fn passed(&self) -> bool {
-        self.steps.iter().all(|step| step.outcome == Outcome::Passed)
+        !self.steps.iter().any(|step| matches!(step.outcome, Outcome::Failed(_)))
     }
 }
 
@@ -69,10 +70,10 @@ pub(super) fn render(result: &ScenarioResult) -> String {
         let (mark, time) = match &step.outcome {
             Outcome::Passed => ("ok     ", seconds(step.duration)),
             Outcome::Failed(_) => ("FAILED ", seconds(step.duration)),
-            Outcome::Skipped => ("skipped", String::new()),
+            Outcome::Skipped(_) => ("skipped", String::new()),
         };
         text.push_str(&format!("  {mark} {:<60} {time}\n", step.name));
-        if let Outcome::Failed(why) = &step.outcome {
+        if let Outcome::Failed(why) | Outcome::Skipped(Some(why)) = &step.outcome {
             text.push_str(&indented(why, 11));
         }
     }
@@ -106,7 +107,13 @@ pub(super) fn junit(results: &[ScenarioResult], elapsed: Duration) -> String {
         for step in &result.steps {
             let status = match &step.outcome {
                 Outcome::Passed => TestCaseStatus::success(),
-                Outcome::Skipped => TestCaseStatus::skipped(),
+                Outcome::Skipped(why) => {
+                    let mut status = TestCaseStatus::skipped();
+                    if let Some(why) = why {
+                        status.set_message(why.as_str());
+                    }
+                    status
+                }
                 Outcome::Failed(why) => {
                     let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                     status.set_message(why.lines().next().unwrap_or_default());
@@ -152,7 +159,7 @@ mod tests {
                     "assert Deployment/d",
                     Outcome::Failed("Deployment/d differs:\n  spec.replicas: wanted 3, got 2".into()),
                 ),
-                step("idempotent Memcached/m", Outcome::Skipped),
+                step("idempotent Memcached/m", Outcome::Skipped(None)),
             ],
             context: "Memcached/m:\n  Successful=False (Failed) boom".into(),
             cleanup: Some("namespace test-scale-abcde kept (--keep)".into()),

@@ -29,6 +29,8 @@ pub(super) struct Stage<'a> {
     pub namespace: &'a str,
     /// The scenario file's directory.
     pub dir: &'a Path,
+    /// The command's work directory (the operator's log and runner directory).
+    pub work: &'a Path,
     /// The resource and scope of each kind a step named, found once (`group/version/kind`).
     discovered: Mutex<HashMap<String, (ApiResource, Scope)>>,
 }
@@ -40,8 +42,9 @@ impl<'a> Stage<'a> {
         kinds: &'a [Kind],
         namespace: &'a str,
         dir: &'a Path,
+        work: &'a Path,
     ) -> Self {
-        Stage { client, history, kinds, namespace, dir, discovered: Mutex::default() }
+        Stage { client, history, kinds, namespace, dir, work, discovered: Mutex::default() }
     }
 }
 

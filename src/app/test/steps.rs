@@ -1,6 +1,7 @@
 //! One scenario step against the cluster: each action, its wait, and what it reports when the
 //! wait runs out.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -53,6 +54,9 @@ impl Stage<'_> {
             Action::Runs(runs) => until(timeout, || self.runs(runs, change)).await,
             Action::Plan(plan) => self.plan(plan, timeout).await,
             Action::Verify(playbook) => self.verify(playbook, timeout).await,
+            Action::Molecule(molecule) => self.molecule(molecule, timeout).await,
+            // Reported as skipped, not run.
+            Action::NotHere(_) => Ok(()),
         }
     }
 
@@ -267,32 +271,44 @@ impl Stage<'_> {
             "scenario_dir": self.dir,
             "ansible_python_interpreter": "{{ ansible_playbook_python }}",
         });
-        let mut command = tokio::process::Command::new("ansible-playbook");
-        command
-            .arg(playbook)
-            .args(["-i", "localhost,", "-c", "local", "-e"])
-            .arg(vars.to_string())
-            .env("ANSIBLE_FORCE_COLOR", "false")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        let output = tokio::time::timeout(timeout, command.output())
-            .await
-            .map_err(|_| {
-                format!("{} did not end in {}", playbook.display(), crate::go_duration::format(timeout))
-            })?
-            .map_err(|error| format!("start ansible-playbook: {error}"))?;
-        match output.status.success() {
-            true => Ok(()),
-            false => Err(format!(
-                "{} failed ({}):\n{}",
-                playbook.display(),
-                output.status,
-                tail(&String::from_utf8_lossy(&output.stdout), LOG_LINES)
-            )),
-        }
+        let args = ["-i", "localhost,", "-c", "local", "-e", &vars.to_string()].map(OsString::from);
+        ansible_playbook(playbook, &args, &[], timeout).await
     }
 
     async fn records(&self, uid: &str, namespace: Option<&str>) -> Result<Vec<Value>, String> {
         self.history.runs(uid, namespace).await.map_err(|error| format!("read the run records: {error}"))
+    }
+}
+
+/// Runs `ansible-playbook PLAYBOOK ARGS` with `env` added to this process's, for at most `timeout`;
+/// when it fails, the tail of what it printed.
+pub(super) async fn ansible_playbook(
+    playbook: &Path,
+    args: &[OsString],
+    env: &[(String, String)],
+    timeout: Duration,
+) -> Result<(), String> {
+    let mut command = tokio::process::Command::new("ansible-playbook");
+    command
+        .arg(playbook)
+        .args(args)
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .env("ANSIBLE_FORCE_COLOR", "false")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(timeout, command.output())
+        .await
+        .map_err(|_| {
+            format!("{} did not end in {}", playbook.display(), crate::go_duration::format(timeout))
+        })?
+        .map_err(|error| format!("start ansible-playbook: {error}"))?;
+    match output.status.success() {
+        true => Ok(()),
+        false => Err(format!(
+            "{} failed ({}):\n{}",
+            playbook.display(),
+            output.status,
+            tail(&String::from_utf8_lossy(&output.stdout), LOG_LINES)
+        )),
     }
 }
