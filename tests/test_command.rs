@@ -119,7 +119,8 @@ async fn a_failing_scenario_names_the_step_the_object_the_field_the_plan_and_the
     // An assert that never holds: the object and its differing field, and the steps after skipped.
     assert!(stdout.contains("  FAILED  the text is bye"), "{shown}");
     assert_eq!(after(&stdout, "FAILED  the text is bye").trim(), "ConfigMap/wrong-note differs:");
-    assert!(stdout.contains("data.text: wanted \"bye\", got \"hello\" (after 8s)"), "{shown}");
+    assert!(stdout.contains("data.text: wanted \"bye\", got \"hello\"\n"), "{shown}");
+    assert!(stdout.contains("`self.data.text.size() == 3` is false (after 8s)"), "{shown}");
     assert!(stdout.lines().any(|line| line.starts_with("  skipped delete Note/wrong")), "{shown}");
 
     // A role that changes something on every run is not idempotent: the task that changed.
@@ -173,7 +174,7 @@ async fn a_broken_scenario_file_stops_the_command_before_anything_runs() {
     assert_eq!(
         stderr.trim(),
         format!(
-            "error: {}: steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, plan, verify)",
+            "error: {}: steps[0]: unknown field `aply` (known: name, timeout, cel, apply, assert, absent, patch, delete, idempotent, runs, plan, verify)",
             file.display()
         )
     );

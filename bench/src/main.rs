@@ -437,7 +437,7 @@ async fn main() -> anyhow::Result<()> {
     }
 
     if wants(Scenario::Test) {
-        results["test_command"] = test_command::memcached_scenario(&ctx, &binary, args.test_runs);
+        results["test_command"] = test_command::test_command(&ctx, &binary, args.test_runs);
     }
 
     results["load_end"] = json!(procfs::loadavg());

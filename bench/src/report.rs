@@ -474,8 +474,8 @@ pub fn markdown(r: &Value) -> String {
         restart_table(&mut md, s, rows);
     }
 
-    if r["test_command"].is_object() {
-        test_command_table(&mut md, &r["test_command"]);
+    if let Some(rows) = r["test_command"].as_array() {
+        test_command_table(&mut md, rows);
     }
 
     if let Some(rows) = r["admission"].as_array() {
@@ -593,24 +593,27 @@ pub fn markdown(r: &Value) -> String {
 }
 
 /// `ansible-operator test` on the memcached scenario, start to verdict.
-fn test_command_table(md: &mut String, row: &Value) {
-    let _ = writeln!(md, "### 8. `ansible-operator test`: the sample memcached scenario, start to verdict\n");
+fn test_command_table(md: &mut String, rows: &[Value]) {
+    let _ = writeln!(md, "### 8. `ansible-operator test`: start to verdict\n");
     let _ = writeln!(
         md,
-        "tests/scenarios/memcached.yaml (create, assert the Deployment ready, idempotent, scale to 2, runs, delete, absent), the operator in the command's process, memcached's Pods on the local node. Goal: under 10 s.\n"
+        "The operator in the command's process, memcached's Pods on the local node. `memcached`: tests/scenarios/memcached.yaml (create, assert the Deployment ready, idempotent, scale to 2, runs, delete, absent); goal under 10 s. `molecule`: upstream's scaffold test project (tests/fixtures/memcached-molecule-operator) through `--molecule molecule/default` (a Memcached, a Foo and a Memfin created and `Successful`, the Deployment available, the Memcached deleted through its finalizer).\n"
     );
-    let _ = writeln!(md, "| runs | passed | median s | min s | max s |\n|---|---|---|---|---|");
-    let seconds = &row["seconds"];
-    let _ = writeln!(
-        md,
-        "| {} | {} | {:.1} | {:.1} | {:.1} |",
-        row["runs"],
-        row["passed"],
-        f(&seconds["median"]),
-        f(&seconds["min"]),
-        f(&seconds["max"])
-    );
-    for failure in row["failures"].as_array().into_iter().flatten() {
+    let _ = writeln!(md, "| scenario | runs | passed | median s | min s | max s |\n|---|---|---|---|---|---|");
+    for row in rows {
+        let seconds = &row["seconds"];
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            row["name"].as_str().unwrap_or_default(),
+            row["runs"],
+            row["passed"],
+            f(&seconds["median"]),
+            f(&seconds["min"]),
+            f(&seconds["max"])
+        );
+    }
+    for failure in rows.iter().flat_map(|row| row["failures"].as_array().into_iter().flatten()) {
         let _ = writeln!(md, "\nfailed: {}", failure.as_str().unwrap_or_default());
     }
     md.push('\n');

@@ -15,6 +15,7 @@
 //!   - idempotent: {apiVersion: cache.example.com/v1alpha1, kind: Memcached, metadata: {name: memcached-sample}}
 //! ```
 
+pub mod cel;
 pub mod matching;
 pub mod molecule;
 
@@ -60,8 +61,14 @@ pub struct Step {
 pub enum Action {
     /// Server-side apply of the objects.
     Apply(Vec<Value>),
-    /// Waits until each object exists and holds every field given ([`matching`]).
-    Assert(Vec<Value>),
+    /// Waits until each object exists, holds every field given ([`matching`]) and makes each CEL
+    /// expression true ([`cel`]).
+    Assert {
+        /// The objects.
+        objects: Vec<Value>,
+        /// The expressions, each with the object as `self`.
+        cel: Vec<String>,
+    },
     /// Waits until none of the objects exists.
     Absent(Vec<Value>),
     /// A JSON merge patch of each object with the fields given.
@@ -208,7 +215,7 @@ impl Reader<'_> {
                 format!("a mapping with one of {}, not {}", ACTIONS.join(", "), shown(step)),
             ));
         };
-        let mut allowed = vec!["name", "timeout"];
+        let mut allowed = vec!["name", "timeout", "cel"];
         allowed.extend(ACTIONS);
         self.only_keys(fields, &place, &allowed)?;
         let actions: Vec<&str> = ACTIONS.into_iter().filter(|action| fields.contains_key(*action)).collect();
@@ -222,11 +229,20 @@ impl Reader<'_> {
             Some(value) => self.duration(value, &format!("{place}.timeout"))?,
             None => timeout,
         };
+        if action != "assert" && fields.contains_key("cel") {
+            return Err(self.invalid(
+                format!("{place}.cel"),
+                format!("only an `assert` step takes `cel`, not `{action}`"),
+            ));
+        }
         let value = &fields[action];
         let place = format!("{place}.{action}");
         let (action, about) = match action {
             "apply" => (Action::Apply(self.objects(value, &place)?), what(value)),
-            "assert" => (Action::Assert(self.objects(value, &place)?), what(value)),
+            "assert" => {
+                let cel = self.cel(fields.get("cel"), &format!("steps[{index}].cel"))?;
+                (Action::Assert { objects: self.objects(value, &place)?, cel }, what(value))
+            }
             "absent" => (Action::Absent(self.objects(value, &place)?), what(value)),
             "patch" => (Action::Patch(self.objects(value, &place)?), what(value)),
             "delete" => (Action::Delete(self.objects(value, &place)?), what(value)),
@@ -291,6 +307,36 @@ impl Reader<'_> {
             }
         }
         Ok(objects)
+    }
+
+    /// An `assert` step's CEL expressions: one, or a list; each must compile.
+    fn cel(&self, value: Option<&Value>, place: &str) -> Result<Vec<String>, Error> {
+        let expressions = match value {
+            None => return Ok(Vec::new()),
+            Some(Value::String(one)) => vec![(place.to_string(), one)],
+            Some(Value::Array(items)) if !items.is_empty() => {
+                let mut expressions = Vec::new();
+                for (index, item) in items.iter().enumerate() {
+                    let Value::String(expression) = item else {
+                        let message = format!("a CEL expression, not {}", shown(item));
+                        return Err(self.invalid(format!("{place}[{index}]"), message));
+                    };
+                    expressions.push((format!("{place}[{index}]"), expression));
+                }
+                expressions
+            }
+            Some(other) => {
+                let message = format!("a CEL expression or a non-empty list of them, not {}", shown(other));
+                return Err(self.invalid(place, message));
+            }
+        };
+        expressions
+            .into_iter()
+            .map(|(place, expression)| match cel::compile(expression) {
+                Ok(()) => Ok(expression.clone()),
+                Err(message) => Err(self.invalid(place, format!("not CEL: {message}"))),
+            })
+            .collect()
     }
 
     fn runs(&self, value: &Value, place: &str) -> Result<Runs, Error> {
@@ -420,7 +466,7 @@ pub fn name_of(object: &Value) -> String {
 pub fn kind_of(action: &Action) -> &'static str {
     match action {
         Action::Apply(_) => "apply",
-        Action::Assert(_) => "assert",
+        Action::Assert { .. } => "assert",
         Action::Absent(_) => "absent",
         Action::Patch(_) => "patch",
         Action::Delete(_) => "delete",
@@ -466,7 +512,7 @@ mod tests {
     #[test]
     fn a_scenario_reads_files_inline_objects_and_each_steps_timeout() {
         let scenario = read(
-            "timeout: 30s\nsteps:\n- apply: cr.yaml\n- name: scaled\n  timeout: 2m\n  assert: {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}, spec: {replicas: 2}}\n- runs: {object: {apiVersion: a/v1, kind: A, metadata: {name: one}}, count: 1, result: Successful}\n- verify: verify.yml\n",
+            "timeout: 30s\nsteps:\n- apply: cr.yaml\n- name: scaled\n  timeout: 2m\n  assert: {apiVersion: apps/v1, kind: Deployment, metadata: {name: d}, spec: {replicas: 2}}\n  cel: [self.status.readyReplicas == 2]\n- runs: {object: {apiVersion: a/v1, kind: A, metadata: {name: one}}, count: 1, result: Successful}\n- verify: verify.yml\n",
         )
         .unwrap();
         assert_eq!(scenario.name, "create");
@@ -476,6 +522,8 @@ mod tests {
         assert_eq!(timeouts, [30, 120, 30, 30]);
         let Action::Apply(objects) = &scenario.steps[0].action else { panic!() };
         assert_eq!(objects.iter().map(name_of).collect::<Vec<_>>(), ["A/one", "A/two"]);
+        let Action::Assert { cel, .. } = &scenario.steps[1].action else { panic!() };
+        assert_eq!(cel, &["self.status.readyReplicas == 2"]);
         let Action::Runs(runs) = &scenario.steps[2].action else { panic!() };
         assert_eq!((runs.count, runs.result.as_deref()), (Some(1), Some("Successful")));
         assert_eq!(scenario.steps[3].action, Action::Verify(PathBuf::from("verify.yml")));
@@ -485,7 +533,7 @@ mod tests {
     fn errors_name_the_step_the_field_and_the_value() {
         assert_eq!(
             message("steps:\n- aply: cr.yaml\n"),
-            "steps[0]: unknown field `aply` (known: name, timeout, apply, assert, absent, patch, delete, idempotent, runs, plan, verify)"
+            "steps[0]: unknown field `aply` (known: name, timeout, cel, apply, assert, absent, patch, delete, idempotent, runs, plan, verify)"
         );
         assert_eq!(
             message("steps:\n- apply: cr.yaml\n  assert: cr.yaml\n"),
@@ -514,6 +562,13 @@ mod tests {
             message("steps:\n- delete: 3\n"),
             "steps[0].delete: a file's path, an object or a list of objects, not 3"
         );
+        assert_eq!(
+            message("steps:\n- apply: cr.yaml\n  cel: self.spec.size == 1\n"),
+            "steps[0].cel: only an `assert` step takes `cel`, not `apply`"
+        );
+        let bad_cel =
+            message("steps:\n- assert: cr.yaml\n  cel: [\"has(self.status)\", \"self.status.(\"]\n");
+        assert!(bad_cel.starts_with("steps[0].cel[1]: not CEL: 1:13: Syntax error"), "{bad_cel}");
         let error = read("steps:\n- apply: missing.yaml\n").unwrap_err().to_string();
         assert!(error.contains("missing.yaml: No such file"), "{error}");
     }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::context::{LOG_LINES, failed, record_name, tail};
 use super::stage::{Miss, Stage, in_object, until};
 use crate::reconcile::annotations::{RECONCILE_REQUESTED, ReconcileRequest};
+use crate::scenario::cel::{self, Verdict};
 use crate::scenario::matching::differences;
 use crate::scenario::{Action, Plan, Runs, Step, name_of};
 
@@ -31,7 +32,7 @@ impl Stage<'_> {
                 }
                 Ok(())
             }
-            Action::Assert(objects) => until(timeout, || self.assert(objects)).await,
+            Action::Assert { objects, cel } => until(timeout, || self.assert(objects, cel)).await,
             Action::Absent(objects) => until(timeout, || self.absent(objects)).await,
             Action::Patch(objects) => {
                 for object in objects {
@@ -84,7 +85,7 @@ impl Stage<'_> {
         }
     }
 
-    async fn assert(&self, objects: &[Value]) -> Result<(), Miss> {
+    async fn assert(&self, objects: &[Value], expressions: &[String]) -> Result<(), Miss> {
         let mut seen = Vec::new();
         for object in objects {
             let (api, name) = self.api(object).await?;
@@ -92,9 +93,16 @@ impl Stage<'_> {
                 None => seen.push(format!("{}: not found", name_of(object))),
                 Some(actual) => {
                     let actual = serde_json::to_value(actual).unwrap_or_default();
-                    let found = differences(object, &actual);
-                    if !found.is_empty() {
-                        let lines: Vec<String> = found.iter().map(|d| format!("  {d}")).collect();
+                    let mut lines: Vec<String> =
+                        differences(object, &actual).iter().map(|d| format!("  {d}")).collect();
+                    for expression in expressions {
+                        match cel::evaluate(expression, &actual) {
+                            Verdict::Holds => {}
+                            Verdict::NotYet(why) => lines.push(format!("  {why}")),
+                            Verdict::NotBool(why) => return Err(Miss::Fatal(why)),
+                        }
+                    }
+                    if !lines.is_empty() {
                         seen.push(format!("{} differs:\n{}", name_of(object), lines.join("\n")));
                     }
                 }
