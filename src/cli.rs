@@ -72,6 +72,12 @@ pub struct TestArgs {
     #[arg(long)]
     pub keep: bool,
 
+    /// After each scenario, write its CRs and the objects their runs wrote, as they are then,
+    /// beside it (`<scenario>.recorded.yaml`; a molecule scenario's `recorded.yaml`): an `assert`
+    /// step to review, trim and keep as the expected objects.
+    #[arg(long)]
+    pub record: bool,
+
     /// Write the results as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<std::path::PathBuf>,

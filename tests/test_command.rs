@@ -241,3 +241,46 @@ async fn a_failing_molecule_check_names_the_task_and_its_message() {
     assert!(stdout.contains(r#""msg": "the ConfigMap says hello""#), "{shown}");
     assert!(stdout.contains("Successful=True (Successful)"), "{shown}");
 }
+
+/// `--record` writes what a scenario produced beside it; appended to the scenario as its last step,
+/// the recorded objects hold on the next run.
+#[tokio::test]
+async fn recorded_objects_hold_when_the_scenario_runs_again() {
+    let work = scratch_dir("scenarios-record");
+    let scenarios = work.join("scenarios");
+    std::fs::create_dir_all(scenarios.join("files")).unwrap();
+    let source = project().join("tests/scenarios");
+    for file in ["note-cr.yaml", "verify-note.yml"] {
+        std::fs::copy(source.join("files").join(file), scenarios.join("files").join(file)).unwrap();
+    }
+    // The Note scenario up to its delete: what it leaves is its Note and the Note's ConfigMap.
+    let note = std::fs::read_to_string(source.join("note.yaml")).unwrap();
+    let kept = &note[..note.find("  - delete:").unwrap()];
+    std::fs::write(scenarios.join("kept.yaml"), kept).unwrap();
+
+    let (output, shown) =
+        run_test(&project(), &work.join("first"), &[scenarios.to_str().unwrap(), "--record"]);
+    assert!(output.status.success(), "{shown}");
+    let recorded_file = scenarios.join("kept.recorded.yaml");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains(&format!("recorded 2 object(s) in {}", recorded_file.display())), "{shown}");
+    let recorded = std::fs::read_to_string(&recorded_file).unwrap();
+    let read: serde_json::Value = serde_saphyr::from_str(&recorded).unwrap();
+    let objects = &read["steps"][0]["assert"];
+    assert_eq!(objects[0]["kind"], "Note", "{recorded}");
+    assert_eq!(objects[0]["spec"]["text"], "bye", "{recorded}");
+    assert_eq!(objects[1]["kind"], "ConfigMap", "{recorded}");
+    assert_eq!(objects[1]["data"]["text"], "bye", "{recorded}");
+    assert!(!recorded.contains("uid:") && !recorded.contains("resourceVersion:"), "{recorded}");
+
+    // The next run: the scenario with the recorded step at its end (the recorded file itself is
+    // not run as a scenario of its own).
+    let steps: String =
+        recorded.split_once("steps:\n").unwrap().1.lines().map(|line| format!("  {line}\n")).collect();
+    std::fs::write(scenarios.join("kept.yaml"), format!("{kept}{steps}")).unwrap();
+    let (output, shown) = run_test(&project(), &work.join("second"), &[scenarios.to_str().unwrap()]);
+    assert!(output.status.success(), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
+    assert!(stdout.lines().any(|line| line.starts_with("  ok      as recorded")), "{shown}");
+}

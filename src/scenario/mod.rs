@@ -18,6 +18,7 @@
 pub mod cel;
 pub mod matching;
 pub mod molecule;
+pub mod record;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -6,6 +6,7 @@
 mod context;
 mod molecule;
 mod operator;
+mod record;
 mod report;
 mod stage;
 mod steps;
@@ -104,7 +105,9 @@ fn scenario_files(args: &TestArgs) -> anyhow::Result<Vec<PathBuf>> {
     };
     let mut files = Vec::new();
     for path in &paths {
-        let found = yaml_files(path)?;
+        // What `--record` wrote beside a scenario is not one to run.
+        let mut found = yaml_files(path)?;
+        found.retain(|file| !file.to_string_lossy().ends_with(".recorded.yaml"));
         if found.is_empty() {
             bail!("{}: no scenario files (*.yaml, *.yml)", path.display());
         }
@@ -198,7 +201,7 @@ async fn test(
     let operator = operator::start(run_args, &namespaces).await?;
     let run = |scenario: Scenario, namespace: String| {
         let (client, history, kinds) = (&client, &operator.history, &operator.kinds);
-        async move { run_scenario(client, history, kinds, &scenario, &namespace, work, args.keep).await }
+        async move { run_scenario(client, history, kinds, &scenario, &namespace, work, args).await }
     };
     let mut results = Vec::new();
     let mut running = futures::stream::iter(scenarios.into_iter().zip(namespaces).map(|(s, n)| run(s, n)))
@@ -228,7 +231,7 @@ async fn run_scenario(
     scenario: &Scenario,
     namespace: &str,
     work: &Path,
-    keep: bool,
+    args: &TestArgs,
 ) -> ScenarioResult {
     let started = Instant::now();
     let dir = scenario.path.parent().unwrap_or(Path::new("."));
@@ -265,7 +268,14 @@ async fn run_scenario(
         steps.push(StepResult { name: step.name.clone(), duration: clock.elapsed(), outcome });
     }
     let context = if failed { stage.context().await } else { String::new() };
-    let cleanup = match failed && keep {
+    let recorded = match args.record {
+        true => Some(match stage.record(scenario).await {
+            Ok((file, count)) => format!("recorded {count} object(s) in {}", file.display()),
+            Err(error) => format!("not recorded: {error}"),
+        }),
+        false => None,
+    };
+    let cleanup = match failed && args.keep {
         true => Some(format!("namespace {namespace} kept (--keep)")),
         false => remove_namespace(&stage).await.err(),
     };
@@ -275,6 +285,7 @@ async fn run_scenario(
         namespace: namespace.to_string(),
         steps,
         context,
+        recorded,
         cleanup,
         duration: started.elapsed(),
     }

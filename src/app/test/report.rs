@@ -19,6 +19,8 @@ pub(super) struct ScenarioResult {
     pub steps: Vec<StepResult>,
     /// On failure: the CRs' conditions and the newest failed run.
     pub context: String,
+    /// With `--record`: where what it produced went (or why it did not).
+    pub recorded: Option<String>,
     /// Why the namespace could not be removed, or that it was kept.
     pub cleanup: Option<String>,
     /// From its namespace's creation to its removal.
@@ -80,8 +82,8 @@ pub(super) fn render(result: &ScenarioResult) -> String {
     if !result.passed() && !result.context.is_empty() {
         text.push_str(&indented(&result.context, 4));
     }
-    if let Some(cleanup) = &result.cleanup {
-        text.push_str(&format!("  {cleanup}\n"));
+    for note in [&result.recorded, &result.cleanup].into_iter().flatten() {
+        text.push_str(&format!("  {note}\n"));
     }
     text
 }
@@ -162,6 +164,7 @@ mod tests {
                 step("idempotent Memcached/m", Outcome::Skipped(None)),
             ],
             context: "Memcached/m:\n  Successful=False (Failed) boom".into(),
+            recorded: None,
             cleanup: Some("namespace test-scale-abcde kept (--keep)".into()),
             duration: Duration::from_secs(4),
         }

@@ -131,6 +131,7 @@ impl Stage<'_> {
             let Ok(list) = self.kind_api(kind).list(&Default::default()).await else { continue };
             crs.extend(list.items.into_iter().map(|cr| {
                 let mut cr = serde_json::to_value(cr).unwrap_or_default();
+                cr["apiVersion"] = json!(kind.resource.api_version);
                 cr["kind"] = json!(kind.resource.kind);
                 cr
             }));
