@@ -78,6 +78,11 @@ pub struct TestArgs {
     #[arg(long)]
     pub record: bool,
 
+    /// After the first run, keep watching the scenario files and the project's roles and
+    /// playbooks; each change runs again the scenarios it touches (until interrupted).
+    #[arg(long)]
+    pub watch: bool,
+
     /// Write the results as JUnit XML to this file.
     #[arg(long)]
     pub junit: Option<std::path::PathBuf>,

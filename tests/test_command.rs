@@ -284,3 +284,62 @@ async fn recorded_objects_hold_when_the_scenario_runs_again() {
     assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
     assert!(stdout.lines().any(|line| line.starts_with("  ok      as recorded")), "{shown}");
 }
+
+/// `--watch`: after the first run, a change to a scenario file runs that scenario again, with the
+/// change, and only it.
+#[tokio::test]
+async fn watch_runs_a_changed_scenario_again() {
+    use std::io::BufRead as _;
+    let work = scratch_dir("scenarios-watch");
+    let scenarios = work.join("scenarios");
+    std::fs::create_dir_all(&scenarios).unwrap();
+    let note = |text: &str| {
+        format!(
+            "steps:\n  - apply: {{apiVersion: scenario.test.example.com/v1alpha1, kind: Note, metadata: {{name: w}}, spec: {{text: {text}}}}}\n  - assert: {{apiVersion: v1, kind: ConfigMap, metadata: {{name: w-note}}, data: {{text: {text}}}}}\n"
+        )
+    };
+    std::fs::write(scenarios.join("note.yaml"), note("first")).unwrap();
+    std::fs::write(scenarios.join("other.yaml"), note("other")).unwrap();
+    let mut child = command(&project())
+        .args(["test", "--watch", &format!("--work-dir={}", work.join("run").display())])
+        .arg(&scenarios)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start ansible-operator test --watch");
+    let (lines, read) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut wait_for = |text: &str| loop {
+        match read.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(line) => {
+                seen.push(line.clone());
+                if line.contains(text) {
+                    break;
+                }
+            }
+            Err(_) => panic!("no line with {text:?} in:\n{}", seen.join("\n")),
+        }
+    };
+    wait_for("2 scenario(s): 2 passed, 0 failed");
+    wait_for("watching ");
+    std::fs::write(scenarios.join("note.yaml"), note("second")).unwrap();
+    wait_for("note.yaml changed: running note again");
+    wait_for("1 scenario(s): 1 passed, 0 failed");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}: {}", seen.join("\n"));
+    let rerun: Vec<&String> = seen.iter().skip_while(|line| !line.contains("running note again")).collect();
+    assert!(rerun.iter().any(|line| line.starts_with("PASS note ")), "{}", seen.join("\n"));
+    assert!(!rerun.iter().any(|line| line.starts_with("PASS other ")), "{}", seen.join("\n"));
+}

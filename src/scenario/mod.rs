@@ -103,6 +103,21 @@ pub struct Runs {
 }
 
 impl Action {
+    /// The objects the step names.
+    pub fn objects(&self) -> Vec<&Value> {
+        match self {
+            Action::Apply(objects)
+            | Action::Assert { objects, .. }
+            | Action::Absent(objects)
+            | Action::Patch(objects)
+            | Action::Delete(objects)
+            | Action::Idempotent(objects) => objects.iter().collect(),
+            Action::Runs(runs) => vec![&runs.object],
+            Action::Plan(plan) => vec![&plan.object],
+            Action::Verify(_) | Action::Molecule(_) | Action::NotHere(_) => Vec::new(),
+        }
+    }
+
     /// Whether the step changes something in the cluster (and so may cause runs).
     pub fn changes(&self) -> bool {
         matches!(

@@ -10,6 +10,7 @@ mod record;
 mod report;
 mod stage;
 mod steps;
+mod watch;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -169,20 +170,37 @@ fn run_args(args: &TestArgs, work: &Path) -> anyhow::Result<RunArgs> {
     }
 }
 
-/// Applies the CRDs, starts the operator, runs the scenarios and prints each as it ends; whether
-/// all passed.
+/// Applies the CRDs and runs the scenarios once; with `--watch`, again as their files change.
+/// Whether all passed (the first time).
 async fn test(
     args: &TestArgs,
     scenarios: Vec<Scenario>,
     run_args: RunArgs,
     work: &Path,
 ) -> anyhow::Result<bool> {
-    let started = Instant::now();
     let client =
         kube::Client::try_default().await.context("connect to the cluster of the current kubeconfig")?;
     for file in crd_files(args)? {
         install_crds(&client, &file).await?;
     }
+    let (passed, targets) = pass(args, &client, &scenarios, run_args, work).await?;
+    if args.watch {
+        watch::watch(args, &client, scenarios, &targets, work).await?;
+    }
+    Ok(passed)
+}
+
+/// Runs the scenarios once: a namespace each, the operator started on them, the scenarios printed
+/// as each ends, the summary (and `--junit`), the operator stopped. Whether all passed, and what
+/// each watched kind runs.
+async fn pass(
+    args: &TestArgs,
+    client: &kube::Client,
+    scenarios: &[Scenario],
+    run_args: RunArgs,
+    work: &Path,
+) -> anyhow::Result<(bool, Vec<operator::Target>)> {
+    let started = Instant::now();
     let suffix = crate::ident::Ident::generate().to_string();
     let namespaces: Vec<String> = scenarios
         .iter()
@@ -199,12 +217,12 @@ async fn test(
             .with_context(|| format!("create namespace {name}"))?;
     }
     let operator = operator::start(run_args, &namespaces).await?;
-    let run = |scenario: Scenario, namespace: String| {
-        let (client, history, kinds) = (&client, &operator.history, &operator.kinds);
-        async move { run_scenario(client, history, kinds, &scenario, &namespace, work, args).await }
-    };
+    let (history, kinds) = (&operator.history, &operator.kinds);
     let mut results = Vec::new();
-    let mut running = futures::stream::iter(scenarios.into_iter().zip(namespaces).map(|(s, n)| run(s, n)))
+    let mut running =
+        futures::stream::iter(scenarios.iter().zip(namespaces).map(|(scenario, namespace)| async move {
+            run_scenario(client, history, kinds, scenario, &namespace, work, args).await
+        }))
         .buffer_unordered(args.parallel.into());
     while let Some(result) = running.next().await {
         print!("{}", report::render(&result));
@@ -214,6 +232,7 @@ async fn test(
     if operator.ended() {
         println!("the operator stopped during the scenarios: see {}", work.join("operator.log").display());
     }
+    let targets = operator.targets.clone();
     operator.stop().await?;
     let elapsed = started.elapsed();
     println!("{}", report::summary(&results, elapsed));
@@ -221,7 +240,7 @@ async fn test(
         std::fs::write(file, report::junit(&results, elapsed))
             .with_context(|| format!("write {}", file.display()))?;
     }
-    Ok(results.iter().all(ScenarioResult::passed))
+    Ok((results.iter().all(ScenarioResult::passed), targets))
 }
 
 async fn run_scenario(

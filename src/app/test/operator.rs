@@ -1,6 +1,7 @@
 //! The operator `ansible-operator test` runs in its own process: `run`'s wiring and serving, on
 //! the project's watches file, watching only the scenarios' namespaces, stopped as SIGTERM would.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -17,14 +18,36 @@ pub(super) struct InProcess {
     pub history: Arc<History>,
     /// The kinds it watches, with their planners.
     pub kinds: Vec<Kind>,
+    /// What each watched kind runs.
+    pub targets: Vec<Target>,
     stop: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
+}
+
+/// A watched kind and the playbooks and roles its runs use (its finalizer's too).
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    /// The kind's API group and kind.
+    pub group: String,
+    /// Its kind.
+    pub kind: String,
+    /// The playbook files and role directories.
+    pub paths: Vec<PathBuf>,
 }
 
 /// Wires an operator from `args` as `run` does, watching `namespaces`, and starts serving it.
 pub(super) async fn start(args: RunArgs, namespaces: &[String]) -> anyhow::Result<InProcess> {
     let overrides = [("WATCH_NAMESPACE", namespaces.join(","))];
     let (wired, watches) = super::super::wiring::wire_with(&args, &overrides).await?;
+    let targets = watches
+        .iter()
+        .map(|watch| {
+            let finalizer = watch.finalizer.as_ref().and_then(|finalizer| finalizer.target.as_ref());
+            let paths = [Some(&watch.target), finalizer].into_iter().flatten();
+            let paths = paths.map(|target| target.path().to_path_buf()).collect();
+            Target { group: watch.gvk.group.clone(), kind: watch.gvk.kind.clone(), paths }
+        })
+        .collect();
     let (history, stop) = (wired.history.clone(), wired.stop.clone());
     let (built, kinds) = tokio::sync::oneshot::channel();
     let mut task = tokio::spawn(async move {
@@ -34,7 +57,7 @@ pub(super) async fn start(args: RunArgs, namespaces: &[String]) -> anyhow::Resul
     });
     // Its controllers are built, or it stopped before (a port in use): then why.
     match kinds.await {
-        Ok(kinds) => Ok(InProcess { history, kinds, stop, task }),
+        Ok(kinds) => Ok(InProcess { history, kinds, targets, stop, task }),
         Err(_) => {
             (&mut task).await.context("the operator's task")??;
             anyhow::bail!("the operator stopped before its controllers were built")
