@@ -18,7 +18,8 @@ const SERVER_METADATA: [&str; 8] = [
 ];
 /// Annotations tools set (prefixes).
 const TOOL_ANNOTATIONS: [&str; 2] = ["kubectl.kubernetes.io/", "deployment.kubernetes.io/"];
-/// Status fields that are times or counters of the server's.
+/// Status fields that are times or counters: of the server's, or of whichever run was the last
+/// (`ansibleResult`: its task counts and completion).
 const STATUS_NOISE: [&str; 7] = [
     "lastTransitionTime",
     "lastUpdateTime",
@@ -26,7 +27,7 @@ const STATUS_NOISE: [&str; 7] = [
     "lastProbeTime",
     "startTime",
     "observedGeneration",
-    "completion",
+    "ansibleResult",
 ];
 
 /// `object` as a scenario would expect it, in the scenario's `namespace`.
@@ -125,7 +126,8 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "other"}, "type": "Opaque"})
         );
         let cr = json!({"kind": "Note", "metadata": {"name": "n"}, "status": {"conditions": [
-            {"type": "Successful", "status": "True", "lastTransitionTime": "t", "reason": "Successful"}
+            {"type": "Successful", "status": "True", "lastTransitionTime": "t", "reason": "Successful",
+             "ansibleResult": {"changed": 1, "ok": 2, "completion": "t"}}
         ], "observedGeneration": 2}});
         assert_eq!(
             clean(&cr, "ns")["status"],
