@@ -425,12 +425,15 @@ async fn an_idle_worker_stops_and_the_next_run_starts_it_again_and_runs_warm() {
     support::create_cr(&api, GROUP, kind, "first", json!({})).await;
     support::wait_for_condition(&api, "first", "Successful", "True", WAIT).await;
     let first = worker_pid(&operator.log(), 0).expect("the worker's pid is logged");
+    // Gone, and said so: the operator logs it once it has seen the process end.
     support::wait_for("the idle worker to stop", Duration::from_secs(60), || async {
-        Ok(if alive(first) { Err("still running".to_string()) } else { Ok(()) })
+        Ok(match (alive(first), operator.log().contains("stopped after a while without runs")) {
+            (true, _) => Err("still running".to_string()),
+            (false, false) => Err("ended, not logged yet".to_string()),
+            (false, true) => Ok(()),
+        })
     })
     .await;
-    let log = operator.log();
-    assert!(log.contains("stopped after a while without runs"), "{log}");
     assert!(processes_with("ansible_operator_worker").iter().all(|pid| *pid != first));
 
     support::create_cr(&api, GROUP, kind, "second", json!({})).await;
