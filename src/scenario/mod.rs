@@ -102,6 +102,13 @@ pub struct Runs {
     pub result: Option<String>,
 }
 
+impl Scenario {
+    /// Whether it is a molecule scenario (its `path` is then the scenario's directory).
+    pub fn is_molecule(&self) -> bool {
+        self.steps.iter().any(|step| matches!(step.action, Action::Molecule(_)))
+    }
+}
+
 impl Action {
     /// The objects the step names.
     pub fn objects(&self) -> Vec<&Value> {

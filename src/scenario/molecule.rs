@@ -45,13 +45,13 @@ pub struct Molecule {
 
 /// A task that cannot run against the operator in this process.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Skipped {
+struct Skipped {
     /// Its file, in the scenario's directory.
-    pub file: PathBuf,
+    file: PathBuf,
     /// Its name (`unnamed task` when it has none).
-    pub task: String,
+    task: String,
     /// Why.
-    pub reason: String,
+    reason: String,
 }
 
 /// Reads the molecule scenario in `dir` of the project in `project`, as a scenario: a step that

@@ -1,7 +1,6 @@
 //! The operator `ansible-operator test` runs in its own process: `run`'s wiring and serving, on
 //! the project's watches file, watching only the scenarios' namespaces, stopped as SIGTERM would.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -31,8 +30,8 @@ pub(super) struct Target {
     pub group: String,
     /// Its kind.
     pub kind: String,
-    /// The playbook files and role directories.
-    pub paths: Vec<PathBuf>,
+    /// The playbooks and roles.
+    pub runs: Vec<crate::watches::Target>,
 }
 
 /// Wires an operator from `args` as `run` does, watching `namespaces`, and starts serving it.
@@ -43,9 +42,8 @@ pub(super) async fn start(args: RunArgs, namespaces: &[String]) -> anyhow::Resul
         .iter()
         .map(|watch| {
             let finalizer = watch.finalizer.as_ref().and_then(|finalizer| finalizer.target.as_ref());
-            let paths = [Some(&watch.target), finalizer].into_iter().flatten();
-            let paths = paths.map(|target| target.path().to_path_buf()).collect();
-            Target { group: watch.gvk.group.clone(), kind: watch.gvk.kind.clone(), paths }
+            let runs = [Some(&watch.target), finalizer].into_iter().flatten().cloned().collect();
+            Target { group: watch.gvk.group.clone(), kind: watch.gvk.kind.clone(), runs }
         })
         .collect();
     let (history, stop) = (wired.history.clone(), wired.stop.clone());

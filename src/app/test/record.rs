@@ -78,7 +78,7 @@ impl Stage<'_> {
         }
         let cleaned: Vec<Value> =
             objects.iter().map(|object| record::clean(object, self.namespace)).collect();
-        let file = match scenario.path.is_dir() {
+        let file = match scenario.is_molecule() {
             true => scenario.path.join("recorded.yaml"),
             false => scenario.path.with_extension("recorded.yaml"),
         };

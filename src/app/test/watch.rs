@@ -13,6 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::operator::Target;
 use crate::cli::TestArgs;
 use crate::scenario::{self, Scenario};
+use crate::watches;
 
 /// How long after a change the others of the same save are taken with it.
 const SETTLE: Duration = Duration::from_millis(300);
@@ -84,7 +85,7 @@ pub(super) async fn watch(
 
 /// The scenario read again from its file (or molecule directory).
 fn reload(scenario: &Scenario, project: &Path) -> Result<Scenario, scenario::Error> {
-    match scenario.path.is_dir() {
+    match scenario.is_molecule() {
         true => scenario::molecule::load(&scenario.path, project),
         false => scenario::load(&scenario.path),
     }
@@ -96,7 +97,7 @@ fn watched_paths(project: &Path, scenarios: &[Scenario], targets: &[Target]) -> 
     let mut paths: Vec<PathBuf> =
         scenarios.iter().map(|scenario| scenario_dir(scenario).to_path_buf()).collect();
     paths.extend(["roles", "playbooks"].map(|dir| project.join(dir)));
-    paths.extend(targets.iter().flat_map(|target| target.paths.iter().cloned()));
+    paths.extend(targets.iter().flat_map(|target| target.runs.iter().map(|run| run.path().to_path_buf())));
     let mut paths: Vec<PathBuf> = paths
         .into_iter()
         .filter(|path| path.exists())
@@ -111,7 +112,7 @@ fn watched_paths(project: &Path, scenarios: &[Scenario], targets: &[Target]) -> 
 
 /// Where a scenario's own files are: a scenario file's directory, a molecule scenario's.
 fn scenario_dir(scenario: &Scenario) -> &Path {
-    match scenario.path.is_dir() {
+    match scenario.is_molecule() {
         true => &scenario.path,
         false => scenario.path.parent().unwrap_or(Path::new(".")),
     }
@@ -147,10 +148,13 @@ fn touched(
     let watches_file = absolute(watches_file);
     let roles = project.join("roles");
     let runs = |target: &Target, path: &Path| {
-        target.paths.iter().any(|run| {
-            let playbook_imports = run.is_file()
-                && (run.parent().is_some_and(|dir| path.starts_with(dir)) || path.starts_with(&roles));
-            path.starts_with(run) || playbook_imports
+        target.runs.iter().any(|run| match run {
+            watches::Target::Role(dir) => path.starts_with(dir),
+            watches::Target::Playbook(file) => {
+                path == file
+                    || file.parent().is_some_and(|dir| path.starts_with(dir))
+                    || path.starts_with(&roles)
+            }
         })
     };
     let mut picked = Vec::new();
@@ -166,7 +170,7 @@ fn touched(
                 (group.to_string(), object["kind"].as_str().unwrap_or_default().to_string())
             })
             .collect();
-        let molecule = scenario.path.is_dir();
+        let molecule = scenario.is_molecule();
         let names =
             |target: &Target| molecule || kinds.contains(&(target.group.clone(), target.kind.clone()));
         let touches = |path: &PathBuf| {
@@ -190,6 +194,7 @@ fn shown(path: &Path, project: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenario::molecule::Molecule;
     use crate::scenario::{Action, Step};
     use serde_json::json;
 
@@ -204,6 +209,17 @@ mod tests {
         Scenario { name: path.into(), path: PathBuf::from(path), steps: vec![step] }
     }
 
+    fn molecule(dir: PathBuf) -> Scenario {
+        let molecule =
+            Molecule { dir: dir.clone(), project: dir.clone(), config: String::new(), files: Vec::new() };
+        let step = Step {
+            name: "verify.yml".into(),
+            timeout: Duration::from_secs(1),
+            action: Action::Molecule(molecule.into()),
+        };
+        Scenario { name: "molecule-default".into(), path: dir, steps: vec![step] }
+    }
+
     #[test]
     fn a_change_touches_its_scenario_and_the_scenarios_of_the_kinds_that_run_it() {
         let project = std::env::temp_dir().join(format!("watch-test-{}", std::process::id()));
@@ -215,18 +231,18 @@ mod tests {
         let scenarios = [
             scenario(at("tests/scenarios/memcached.yaml").to_str().unwrap(), "Memcached"),
             scenario(at("tests/scenarios/backup.yaml").to_str().unwrap(), "Backup"),
-            Scenario { name: "molecule-default".into(), path: at("molecule/default"), steps: Vec::new() },
+            molecule(at("molecule/default")),
         ];
         let targets = [
             Target {
                 group: "cache.example.com".into(),
                 kind: "Memcached".into(),
-                paths: vec![at("roles/memcached")],
+                runs: vec![watches::Target::Role(at("roles/memcached"))],
             },
             Target {
                 group: "cache.example.com".into(),
                 kind: "Backup".into(),
-                paths: vec![at("playbooks/backup.yml")],
+                runs: vec![watches::Target::Playbook(at("playbooks/backup.yml"))],
             },
         ];
         let touched = |paths: &[&str]| {
