@@ -258,6 +258,67 @@ async fn with_a_client_ca_the_webhook_answers_only_a_caller_with_its_certificate
 }
 
 #[tokio::test]
+async fn a_validation_that_hangs_fails_or_cannot_be_parsed_is_denied_saying_why_and_leaves_nothing_running() {
+    // Kinds of their own: the configuration is cluster-wide.
+    const HANGS: &str = "HangingCluster";
+    const BROKEN: &str = "BrokenCluster";
+    let Test { client: _, ns, api: _ } =
+        Test::setup("admission-broken").kind(GROUP, HANGS).kind(GROUP, BROKEN).build().await;
+    let configuration = Configuration(format!("{}-validate", ns.name));
+    let port = support::free_port();
+    let watches = format!(
+        "{}  validate: {{fixtures}}/playbooks/validate_hangs.yml\n  validateTimeout: 3s\n\
+         {}  validate: {{fixtures}}/playbooks/validate_broken.yml\n",
+        support::playbook_watch(GROUP, HANGS, "validate.yml"),
+        support::playbook_watch(GROUP, BROKEN, "validate.yml"),
+    );
+    let operator = OperatorConfig::new(&watches, &ns.name)
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
+        .arg("--webhook-host=127.0.0.1")
+        .arg(format!("--webhook-configuration-name={}", configuration.0))
+        .start();
+    support::api::ApiServer::localhost(port, None).wait_until_up(WAIT);
+    let message = |answer: &serde_json::Value| {
+        assert_eq!(answer["allowed"], false, "{answer}\n{}", operator.log());
+        answer["status"]["message"].as_str().unwrap_or_default().to_string()
+    };
+
+    let hung = message(&review(port, HANGS, &ns.name, 1, None));
+    assert_eq!(
+        hung,
+        "validation timed out after 3s while running task \"wait longer than a validation may\"",
+        "{}",
+        operator.log()
+    );
+    let failed = message(&review(port, HANGS, &ns.name, 2, None));
+    assert!(failed.contains("no_such_filter"), "{failed}");
+    let broken = message(&review(port, BROKEN, &ns.name, 3, None));
+    assert!(
+        broken.starts_with("validation did not finish: ") && broken.contains("validate_broken.yml"),
+        "{broken}"
+    );
+    assert_eq!(review(port, HANGS, &ns.name, 3, None)["allowed"], true);
+    // The hung validation's processes were ended with it: no run is left below the operator.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !runs_below(operator.pid()).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs_below(operator.pid()), Vec::<u32>::new());
+}
+
+/// The processes below `root` that are runs: named `ansible-runner` or `ansible-playbook` (cut to
+/// 15 bytes), as a warm run's processes name themselves and a cold run's are.
+fn runs_below(root: u32) -> Vec<u32> {
+    ansible_operator::runner::process::descendants(root)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| ["ansible-runner", "ansible-playboo"].contains(&name.trim()))
+        })
+        .collect()
+}
+
+#[tokio::test]
 async fn forged_reviews_that_are_many_deep_or_huge_get_fast_bounded_answers() {
     // A kind of its own: the configuration is cluster-wide.
     const BOUNDED: &str = "BoundedCluster";

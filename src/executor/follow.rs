@@ -41,14 +41,22 @@ pub enum Step {
 /// The runs of one connection that are still followed, and what they have said so far.
 #[derive(Debug, Default)]
 pub struct Follower {
-    /// Each run's playbook signal, once the worker reported its playbook ended.
-    runs: HashMap<String, Option<i32>>,
+    runs: HashMap<String, Followed>,
+}
+
+/// What a followed run has said so far.
+#[derive(Debug, Default)]
+struct Followed {
+    /// Its playbook runs in the run's own process.
+    one_process: bool,
+    /// The signal that ended its playbook, once the worker reported the playbook's end.
+    playbook_ended: Option<Option<i32>>,
 }
 
 impl Follower {
     /// Starts following run `id`.
     pub fn admit(&mut self, id: &str) {
-        self.runs.insert(id.to_string(), None);
+        self.runs.insert(id.to_string(), Followed::default());
     }
 
     /// Stops following run `id` (its handle is gone).
@@ -70,18 +78,29 @@ impl Follower {
             Message::SpawnFailed { id, error } if self.runs.contains_key(&id) => {
                 Step::Started { id, result: Err(error) }
             }
-            Message::Mode { id, executor, reason } => {
+            Message::Mode { id, executor, reason, one_process } => {
+                if let Some(run) = self.runs.get_mut(&id) {
+                    run.one_process = one_process;
+                }
                 let fallback = (executor == Executor::Cold).then_some((reason.fallback, reason.text));
                 Step::Mode { id, executor, fallback }
             }
             Message::PlaybookEnded { id, signal } => {
-                if let Some(playbook_signal) = self.runs.get_mut(&id) {
-                    *playbook_signal = signal;
+                if let Some(run) = self.runs.get_mut(&id) {
+                    run.playbook_ended = Some(signal);
                 }
                 Step::Nothing
             }
             Message::Exited { id, code, signal } => match self.runs.get(&id) {
-                Some(&playbook_signal) => Step::Exited { id, exit: Exit { code, signal, playbook_signal } },
+                Some(run) => {
+                    // A playbook in the run's own process that did not end before it ended with it.
+                    let playbook_signal = match run.playbook_ended {
+                        Some(ended) => ended,
+                        None if run.one_process => signal,
+                        None => None,
+                    };
+                    Step::Exited { id, exit: Exit { code, signal, playbook_signal } }
+                }
                 None => Step::Nothing,
             },
             Message::Started { .. } | Message::SpawnFailed { .. } | Message::Ready { .. } => Step::Nothing,
@@ -161,17 +180,61 @@ mod tests {
         let mut follower = following("1");
         let reason = Reason::from("ansible-playbook is not on PATH".to_string());
         assert_eq!(
-            follower.handle(Message::Mode { id: "1".into(), executor: Executor::Cold, reason }),
+            follower.handle(Message::Mode {
+                id: "1".into(),
+                executor: Executor::Cold,
+                reason,
+                one_process: false
+            }),
             Step::Mode {
                 id: "1".into(),
                 executor: Executor::Cold,
                 fallback: Some((Fallback::Command, "ansible-playbook is not on PATH".into())),
             }
         );
-        let warm = Message::Mode { id: "1".into(), executor: Executor::Warm, reason: Reason::default() };
+        let warm = Message::Mode {
+            id: "1".into(),
+            executor: Executor::Warm,
+            reason: Reason::default(),
+            one_process: false,
+        };
         assert_eq!(
             follower.handle(warm),
             Step::Mode { id: "1".into(), executor: Executor::Warm, fallback: None }
+        );
+    }
+
+    #[test]
+    fn a_run_whose_playbook_runs_in_its_own_process_ended_by_a_signal_is_its_playbook_ended_by_it() {
+        let exit = |follower: &mut Follower, id: &str| {
+            let one_process = id == "here";
+            let mode = Message::Mode {
+                id: id.into(),
+                executor: Executor::Warm,
+                reason: Reason::default(),
+                one_process,
+            };
+            let _ = follower.handle(mode);
+            follower.handle(Message::Exited { id: id.into(), code: None, signal: Some(9) })
+        };
+        let mut follower = following("here");
+        follower.admit("forked");
+        follower.admit("ended");
+        let killed = Exit { code: None, signal: Some(9), playbook_signal: Some(9) };
+        assert_eq!(exit(&mut follower, "here"), Step::Exited { id: "here".into(), exit: killed });
+        let runner_killed = Exit { code: None, signal: Some(9), playbook_signal: None };
+        assert_eq!(exit(&mut follower, "forked"), Step::Exited { id: "forked".into(), exit: runner_killed });
+        // Its playbook had ended (and said so) before the run process was killed.
+        let _ = follower.handle(Message::Mode {
+            id: "ended".into(),
+            executor: Executor::Warm,
+            reason: Reason::default(),
+            one_process: true,
+        });
+        let _ = follower.handle(Message::PlaybookEnded { id: "ended".into(), signal: None });
+        assert_eq!(
+            follower.handle(Message::Exited { id: "ended".into(), code: None, signal: Some(9) }),
+            Step::Exited { id: "ended".into(), exit: runner_killed }
         );
     }
 

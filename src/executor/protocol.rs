@@ -19,6 +19,9 @@ pub struct RunRequest<'a> {
     pub env: BTreeMap<String, String>,
     /// The working directory ansible-runner would be started in.
     pub cwd: String,
+    /// Whether the playbook runs in the run process itself, not in a fork of it on a pty.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub one_process: bool,
 }
 
 /// Worker → operator.
@@ -61,6 +64,10 @@ pub enum Message {
         /// Why not warm (empty when warm).
         #[serde(default)]
         reason: Reason,
+        /// Whether the playbook runs in the run's own process (a run that asked for it, and could):
+        /// the run process ended by a signal is then the playbook ended by it.
+        #[serde(default)]
+        one_process: bool,
     },
     /// A run's playbook process ended (ansible-runner records only its exit status).
     PlaybookEnded {
@@ -179,14 +186,22 @@ mod tests {
             serde_json::from_str(r#"{"type":"mode","id":"1","mode":"warm","reason":""}"#).unwrap();
         assert_eq!(
             warm,
-            Message::Mode { id: "1".into(), executor: Executor::Warm, reason: Reason::default() }
+            Message::Mode {
+                id: "1".into(),
+                executor: Executor::Warm,
+                reason: Reason::default(),
+                one_process: false
+            }
         );
         let text = "ansible-playbook is not on PATH";
         let cold: Message =
             serde_json::from_str(&format!(r#"{{"type":"mode","id":"2","mode":"cold","reason":"{text}"}}"#))
                 .unwrap();
         let reason = Reason { fallback: Fallback::Command, text: text.into() };
-        assert_eq!(cold, Message::Mode { id: "2".into(), executor: Executor::Cold, reason });
+        assert_eq!(
+            cold,
+            Message::Mode { id: "2".into(), executor: Executor::Cold, reason, one_process: false }
+        );
     }
 
     #[test]
@@ -210,7 +225,13 @@ mod tests {
 
     #[test]
     fn run_requests_are_tagged() {
-        let request = RunRequest { id: "9", argv: vec!["run".into()], env: BTreeMap::new(), cwd: "/".into() };
+        let request = RunRequest {
+            id: "9",
+            argv: vec!["run".into()],
+            env: BTreeMap::new(),
+            cwd: "/".into(),
+            one_process: false,
+        };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),
             serde_json::json!({"type": "run", "id": "9", "argv": ["run"], "env": {}, "cwd": "/"})

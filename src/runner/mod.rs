@@ -220,6 +220,7 @@ pub async fn run(
         argv: spec.argv(),
         env,
         env_removed: &spec.env_removed,
+        one_process: spec.one_process,
     };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
     let pid = started.pid;

@@ -8,6 +8,8 @@ fallback says so):
     ├─ learner (kept.py)               now and then: makes again what runs reported they lacked
     └─ run process (run.py)            what `ansible-runner run <dir> ...` would be
        └─ playbook process (playbook.py)   what `ansible-playbook ...` would be, on ansible-runner's pty
+                                           (none for a validation: its playbook runs in the run
+                                           process, in_process.py)
           └─ Ansible worker processes      forked by Ansible itself, as always
              └─ module processes (speedups/modules.py)  what `python AnsiballZ_<module>.py` would be
 
@@ -21,6 +23,7 @@ Layout: what is ours, and what changes Ansible.
         zygote.py          imports once, forks a run process per request, keeps what learners make
         run.py             the run process: ansible-runner's own entry point
         playbook.py        the playbook process: ansible-playbook's CLI in a fork, or exec (fallback)
+        in_process.py      ansible-playbook's CLI in the run process itself, on a stand-in pty
         agent.py           the SSH agent of a run with a key, as ansible-runner's command would start it
         protocol.py        the messages between the operator and the worker
         process.py         what makes a fork look like a freshly exec'd interpreter

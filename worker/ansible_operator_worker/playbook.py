@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, ansible_state, kept, process, protocol
+from . import agent, ansible_state, in_process, kept, process, protocol
 from .speedups import event_stdout, inline_tasks, local_tmp, modules, playbook_cli, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
@@ -139,9 +139,10 @@ def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str |
     return Plan(True, script=script, command=command)
 
 
-def install(worker: Worker, run_id: str, control_fd: int) -> None:
-    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can. The decision
-    goes to the operator as a `mode` message."""
+def install(worker: Worker, run_id: str, control_fd: int, one_process: bool = False) -> None:
+    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can: in a fork, or
+    with `one_process` in this process itself (`in_process.py`) when the run needs no agent. The
+    decision goes to the operator as a `mode` message."""
     import pexpect
 
     original = pexpect.spawn
@@ -154,7 +155,16 @@ def install(worker: Worker, run_id: str, control_fd: int) -> None:
         except Exception as error:  # noqa: BLE001 - a surprise means: run it the proven way
             decided = Plan(False, f"deciding failed: {type(error).__name__}: {error}")
         mode = "warm" if decided.warm else "cold"
-        protocol.send_fd(control_fd, {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason})
+        here = one_process and decided.warm and decided.command is not None and decided.command.agent is None
+        message = {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason, "one_process": here}
+        protocol.send_fd(control_fd, message)
+        if here:
+            return in_process.Child(
+                dict(env),
+                kwargs.get("cwd") or os.getcwd(),
+                lambda: _play(decided),
+                lambda code: _send_end(control_fd, run_id, code, None),
+            )
         if decided.warm and decided.command is not None:
             told, tell = os.pipe2(os.O_CLOEXEC)
             kwargs["preexec_fn"] = _playbook_process(decided, dict(env), tell)
@@ -264,13 +274,17 @@ def report_end(child: Any, run_id: str, control_fd: int) -> None:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:
                     pass
-        message = {"type": "playbook_ended", "id": run_id, "code": child.exitstatus, "signal": child.signalstatus}
-        try:
-            protocol.send_fd(control_fd, message)
-        except OSError:
-            pass  # the operator is gone; the run's own end says the rest
+        _send_end(control_fd, run_id, child.exitstatus, child.signalstatus)
 
     child.close = close_and_report
+
+
+def _send_end(control_fd: int, run_id: str, code: int | None, signal: int | None) -> None:
+    message = {"type": "playbook_ended", "id": run_id, "code": code, "signal": signal}
+    try:
+        protocol.send_fd(control_fd, message)
+    except OSError:
+        pass  # the operator is gone; the run's own end says the rest
 
 
 def _playbook_process(plan: Plan, env: dict[str, str], tell: int) -> Callable[[], None]:
@@ -295,23 +309,30 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int) -> Callable[[]
                 if loaded != 0:
                     status = loaded
                     return
-            sys.argv = [script, *command.args]
-            sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
-            ansible_state.fresh_process_state()
-            modules.install()
-            local_tmp.install()
-            task_forks.install()
-            inline_tasks.install()
-            event_stdout.install()
-            if plan.worker_settings:
-                playbook_cli.install()
-            from ansible.cli.playbook import main
-
-            status = process.run_main(main)
+            status = _play(plan)
         finally:
             if command.agent is not None:
                 command.agent.stop()
             process.finish(status, report=_tell_status(tell))
 
     return run
+
+
+def _play(plan: Plan) -> int:
+    """ansible-playbook's CLI, in a process made to look like its own: its status."""
+    script, command = plan.script, plan.command
+    assert command is not None
+    sys.argv = [script, *command.args]
+    sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
+    ansible_state.fresh_process_state()
+    modules.install()
+    local_tmp.install()
+    task_forks.install()
+    inline_tasks.install()
+    event_stdout.install()
+    if plan.worker_settings:
+        playbook_cli.install()
+    from ansible.cli.playbook import main
+
+    return process.run_main(main)
 

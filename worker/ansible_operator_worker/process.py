@@ -52,24 +52,39 @@ def redirect(stdin: int, stdout: int, stderr: int) -> None:
 
 def standard_streams() -> None:
     """New `sys.stdin`, `sys.stdout` and `sys.stderr` over descriptors 0, 1 and 2, made the way
-    CPython makes them at start-up (encoding and error handlers as this interpreter's, line
-    buffering on a terminal, unbuffered under PYTHONUNBUFFERED: the run's environment, in which it
-    is made, as the interpreter's at its start). The inherited objects may hold buffered text of the
-    parent and were made for its descriptors."""
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    CPython makes them at start-up (`output_streams`). The inherited objects may hold buffered text
+    of the parent and were made for its descriptors."""
     encoding = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
     errors = sys.__stdout__.errors if sys.__stdout__ else "strict"
-    stdin = _text_stream(0, "r", encoding, errors, line_buffering=False, unbuffered=False)
-    stdout = _text_stream(1, "w", encoding, errors, line_buffering=os.isatty(1), unbuffered=unbuffered)
-    stderr = _text_stream(2, "w", encoding, "backslashreplace", line_buffering=True, unbuffered=unbuffered)
+    stdin = _text_stream(io.FileIO(0, "rb", closefd=False), "r", encoding, errors, line_buffering=False, unbuffered=False)
+    stdout, stderr = output_streams(
+        io.FileIO(1, "wb", closefd=False), io.FileIO(2, "wb", closefd=False), terminal=os.isatty(1)
+    )
     sys.stdin = sys.__stdin__ = stdin
     sys.stdout = sys.__stdout__ = stdout
     sys.stderr = sys.__stderr__ = stderr
 
 
-def _text_stream(fd: int, mode: str, encoding: str, errors: str, *, line_buffering: bool, unbuffered: bool) -> io.TextIOWrapper:
-    raw = io.FileIO(fd, mode + "b", closefd=False)
-    buffer: io.BufferedIOBase | io.FileIO
+def output_streams(
+    stdout: io.RawIOBase, stderr: io.RawIOBase, *, terminal: bool
+) -> tuple[io.TextIOWrapper, io.TextIOWrapper]:
+    """Text streams for standard output and error over these raw ones, made the way CPython makes
+    them at start-up: encoding and error handlers as this interpreter's, stdout line-buffered on a
+    terminal, stderr with backslashreplace and line-buffered, both unbuffered under
+    PYTHONUNBUFFERED (the environment they are made in counts, as the interpreter's at its start)."""
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    encoding = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
+    errors = sys.__stdout__.errors if sys.__stdout__ else "strict"
+    return (
+        _text_stream(stdout, "w", encoding, errors, line_buffering=terminal, unbuffered=unbuffered),
+        _text_stream(stderr, "w", encoding, "backslashreplace", line_buffering=True, unbuffered=unbuffered),
+    )
+
+
+def _text_stream(
+    raw: io.RawIOBase, mode: str, encoding: str, errors: str, *, line_buffering: bool, unbuffered: bool
+) -> io.TextIOWrapper:
+    buffer: io.BufferedIOBase | io.RawIOBase
     if unbuffered and mode == "w":
         buffer = raw
     elif mode == "r":

@@ -1,13 +1,15 @@
 """Messages between the operator and the worker: one JSON object per SOCK_SEQPACKET datagram.
 
 Operator → worker:
-    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "..."}
-        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr.
+    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "...", "one_process": bool}
+        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr;
+        `one_process` (optional, false) runs the playbook in the run process (`in_process.py`).
 Worker → operator:
     {"type": "ready", "pid": ..., "versions": {...}, "preload_seconds": ...}
     {"type": "started", "id": ..., "pid": ...}
     {"type": "spawn_failed", "id": ..., "error": "..."}
-    {"type": "mode", "id": ..., "mode": "warm" | "cold", "reason": "..."}
+    {"type": "mode", "id": ..., "mode": "warm" | "cold", "reason": "...", "one_process": bool}
+        `one_process`: the playbook runs in the run process itself.
     {"type": "playbook_ended", "id": ..., "code": int | None, "signal": int | None}
     {"type": "exited", "id": ..., "code": int | None, "signal": int | None}
         sent by the run process itself as it exits (before it gives its memory back), and again
@@ -43,6 +45,8 @@ class RunRequest:
     env: dict[str, str]
     #: Its working directory.
     cwd: str
+    #: Whether the playbook runs in the run process itself, not in a fork of it.
+    one_process: bool = False
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -103,7 +107,10 @@ def run_request(message: dict[str, Any]) -> RunRequest:
         raise ProtocolError(f"run {run_id}: env must map strings to strings")
     if not isinstance(cwd, str) or not cwd:
         raise ProtocolError(f"run {run_id}: cwd must be a path")
-    return RunRequest(run_id, argv, env, cwd)
+    one_process = message.get("one_process", False)
+    if not isinstance(one_process, bool):
+        raise ProtocolError(f"run {run_id}: one_process must be true or false")
+    return RunRequest(run_id, argv, env, cwd, one_process)
 
 
 def _close(fd: int) -> None:

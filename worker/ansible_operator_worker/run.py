@@ -20,9 +20,11 @@ Request = tuple[protocol.RunRequest, int, int]
 
 def prepare() -> None:
     """What a run process does before it knows its run: its own process group, as the operator
-    starts ansible-runner; a subreaper, so what the run leaves behind stays below it for the
-    operator to end; signal dispositions as after exec; the run's own Ansible write locks."""
-    os.setpgid(0, 0)
+    starts ansible-runner, in a session of its own with no controlling terminal (a playbook run in
+    this process, `in_process.py`, finds none to prompt on, as one on ansible-runner's pty finds
+    only that); a subreaper, so what the run leaves behind stays below it for the operator to end;
+    signal dispositions as after exec; the run's own Ansible write locks."""
+    os.setsid()
     process.become_subreaper()
     process.reset_signals()
     ansible_state.renew_write_locks()
@@ -69,7 +71,7 @@ def main(
         process.set_name(script)
         sys.argv = [script, *request.argv]
         sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
-        playbook.install(worker, request.id, control_fd)
+        playbook.install(worker, request.id, control_fd, one_process=request.one_process)
         runner_cli.install()
         from ansible_runner.__main__ import main as ansible_runner
 

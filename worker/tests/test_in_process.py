@@ -1,0 +1,181 @@
+"""A run whose playbook runs in the run process itself (`one_process`, what validations ask for)
+gives what a run whose playbook runs in a fork on a pty gives: the same event stream on standard
+output, the same artifacts (`stdout` byte for byte, every job event, `status`, `rc`), the same exit
+status; and the operator is told the same things about it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PLAYBOOK = """\
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: say héllo ✓
+      ansible.builtin.debug:
+        msg: "hello {{ name }}, two lines:\\nsecond"
+    - name: a fact
+      ansible.builtin.set_fact:
+        doubled: "{{ size * 2 }}"
+    - name: a loop
+      ansible.builtin.debug:
+        msg: "item {{ item }}"
+      loop: [a, b]
+    - name: a command
+      ansible.builtin.command: echo "{{ doubled }}"
+      changed_when: false
+    - name: an ignored failure
+      ansible.builtin.command: /bin/false
+      ignore_errors: true
+    - name: a secret
+      ansible.builtin.debug:
+        msg: "{{ name }}"
+      no_log: true
+    - name: a warning
+      ansible.builtin.debug:
+        msg: "{{ undefined_for_a_warning | default('x') }}"
+      when: "'{{ size }}' == '3'"
+    - name: checked
+      ansible.builtin.assert:
+        that: size == 4
+        fail_msg: "size must be 4, got {{ size }}"
+"""
+
+#: Event keys that differ between any two runs.
+_VOLATILE = {"uuid", "parent_uuid", "playbook_uuid", "play_uuid", "task_uuid", "created", "pid", "start", "end",
+             "delta", "duration", "runner_ident"}
+
+
+class Worker:
+    """The zygote, started as the operator starts it, and asked for runs of ansible-runner."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen([sys.executable, "-m", "ansible_operator_worker"], stdin=theirs, cwd=cwd)
+        theirs.close()
+        self.socket.settimeout(120)
+        assert self.receive()["type"] == "ready"
+
+    def receive(self) -> dict[str, Any]:
+        message: dict[str, Any] = json.loads(self.socket.recv(1 << 20))
+        return message
+
+    def run(self, run_id: str, argv: list[str], one_process: bool) -> tuple[list[dict[str, Any]], bytes]:
+        """Every message about the run until its second `exited`, and its standard output."""
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        request = {"type": "run", "id": run_id, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
+                   "one_process": one_process}
+        socket.send_fds(self.socket, [json.dumps(request).encode()], [out_write, err_write])
+        os.close(out_write)
+        os.close(err_write)
+        with os.fdopen(out_read, "rb") as out, os.fdopen(err_read, "rb"):
+            output = out.read()
+        messages: list[dict[str, Any]] = []
+        while [m["type"] for m in messages].count("exited") < 2:
+            messages.append(self.receive())
+        return messages, output
+
+    def close(self) -> None:
+        self.socket.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
+    started = Worker(tmp_path_factory.mktemp("worker"))
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def _private_data_dir(root: Path) -> Path:
+    (root / "env").mkdir(parents=True)
+    (root / "inventory").mkdir()
+    (root / "env" / "extravars").write_text(json.dumps({"name": "Ünïcode", "size": 3}))
+    (root / "inventory" / "hosts").write_text(
+        f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    (root / "main.yml").write_text(PLAYBOOK)
+    return root
+
+
+#: Times in a task's result text (a command's `start`, `end` and `delta`), which vary.
+_TIMES = re.compile(r"(\d{4}-\d\d-\d\d )?\d+:\d\d:\d\d\.\d+")
+
+
+def _normalized(value: Any, root: str) -> Any:
+    if isinstance(value, dict):
+        return {k: _normalized(v, root) for k, v in value.items() if k not in _VOLATILE}
+    if isinstance(value, list):
+        return [_normalized(v, root) for v in value]
+    if isinstance(value, str):
+        return _TIMES.sub("TIME", value.replace(root, "ROOT"))
+    return value
+
+
+def _lines(text: str) -> list[Any]:
+    """ansible-runner's output in JSON mode: an event per line, or a line of text."""
+    return [json.loads(line) if line.startswith("{") else line for line in text.splitlines(keepends=True)]
+
+
+def _run(worker: Worker, root: Path, one_process: bool) -> dict[str, Any]:
+    run_id = "one" if one_process else "forked"
+    argv = ["run", str(root), "--rotate-artifacts", "1", "-p", str(root / "main.yml"), "-i", run_id, "-j", "-v"]
+    messages, output = worker.run(run_id, argv, one_process)
+    artifact = root / "artifacts" / run_id
+    events = sorted(
+        (json.loads(path.read_text()) for path in (artifact / "job_events").glob("*.json")),
+        key=lambda event: event["counter"],
+    )
+    stdout = (artifact / "stdout").read_text()
+    return {
+        "messages": [{k: v for k, v in m.items() if k not in ("id", "pid")} for m in messages],
+        "output": _normalized(_lines(output.decode()), str(root)),
+        "events": _normalized(events, str(root)),
+        "stdout": _normalized(_lines(stdout), str(root)),
+        "files": sorted(path.name for path in artifact.iterdir()),
+        "status": (artifact / "status").read_text(),
+        "rc": (artifact / "rc").read_text(),
+    }
+
+
+def test_a_playbook_run_in_the_run_process_gives_what_a_forked_one_gives(worker: Worker, tmp_path: Path) -> None:
+    forked = _run(worker, _private_data_dir(tmp_path / "forked"), one_process=False)
+    one = _run(worker, _private_data_dir(tmp_path / "one"), one_process=True)
+    for key in forked:
+        if key != "messages":
+            assert one[key] == forked[key], key
+    assert [m["type"] for m in one["messages"]] == [m["type"] for m in forked["messages"]]
+    # What was compared is a real run's: every kind of result, a failure, and the pty's CR LF.
+    assert one["rc"] == "2" and one["status"] == "failed"
+    kinds = {event["event"] for event in one["events"]}
+    assert {"verbose", "runner_on_ok", "runner_item_on_ok", "runner_on_failed", "playbook_on_stats"} <= kinds
+    text = json.dumps(one["stdout"], ensure_ascii=False)
+    assert "say héllo ✓" in text and "\\r\\n" in text
+    assert "[WARNING]" in text
+    assert "size must be 4, got 3" in json.dumps(one["events"])
+    assert [m["type"] for m in one["messages"]] == ["started", "mode", "playbook_ended", "exited", "exited"]
+    assert one["messages"][1]["one_process"] and not forked["messages"][1]["one_process"]
+    assert one["messages"][2] == {"type": "playbook_ended", "code": 2, "signal": None}
+
+
+def test_a_run_that_cannot_run_warm_runs_its_playbook_in_a_fork_as_before(worker: Worker, tmp_path: Path) -> None:
+    root = _private_data_dir(tmp_path / "cold")
+    # A variable Python reads at start-up differs from the worker's: the playbook is exec'd.
+    (root / "env" / "envvars").write_text(json.dumps({"PYTHONHASHSEED": "7"}))
+    ran = _run(worker, root, one_process=True)
+    mode = next(m for m in ran["messages"] if m["type"] == "mode")
+    assert mode["mode"] == "cold" and "PYTHONHASHSEED" in mode["reason"] and not mode["one_process"]
+    assert ran["rc"] == "2"
