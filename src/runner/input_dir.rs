@@ -45,7 +45,7 @@ pub struct RunSpec {
     /// Variables of the operator's environment the run does not get (set by the run's door).
     pub env_removed: Vec<String>,
     /// On the warm executor, run the playbook in ansible-runner's own process rather than a fork
-    /// of it on a pty (validations: a short run whose answer waits for all of it).
+    /// of it on a pty (validations and plans: runs whose answer waits for all of it).
     pub one_process: bool,
 }
 

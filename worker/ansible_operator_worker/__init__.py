@@ -8,8 +8,8 @@ fallback says so):
     ├─ learner (kept.py)               now and then: makes again what runs reported they lacked
     └─ run process (run.py)            what `ansible-runner run <dir> ...` would be
        └─ playbook process (playbook.py)   what `ansible-playbook ...` would be, on ansible-runner's pty
-                                           (none for a validation: its playbook runs in the run
-                                           process, in_process.py)
+                                           (none for a validation or a plan: its playbook runs
+                                           in the run process, in_process.py)
           └─ Ansible worker processes      forked by Ansible itself, as always
              └─ module processes (speedups/modules.py)  what `python AnsiballZ_<module>.py` would be
 

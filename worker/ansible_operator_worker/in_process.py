@@ -1,6 +1,6 @@
 """The playbook run in the run process itself: what ansible-runner would start on its pty runs in the
 process that runs ansible-runner, with no second process. The operator asks for it for validation
-runs, whose answer waits for the whole run: the fork of the run process, its pty and the reads on
+and plan runs, whose answer waits for the whole run: the fork of the run process, its pty and the reads on
 it were some 25 ms of a three-task validation's 125, and 45 ms of its 145 ms of CPU. A run with an
 SSH key (whose agent the playbook process starts) still forks.
 
