@@ -92,20 +92,26 @@ fn running(pid: u32) -> bool {
 }
 
 /// The run's processes as seen from its hung sleep: the sleep and each ancestor up to the run's
-/// root, the process named `ansible-runner` (a cold run's child of the operator, or a warm run's
-/// fork of the worker, which renames itself so). Panics when the chain reaches no such root.
+/// root, the topmost of the chain named `ansible-runner` or `ansible-playbook` (cut to 15 bytes): a
+/// cold run's ansible-runner, or a warm run's fork of the worker, which names itself so
+/// (`ansible-playbook` while the play runs in it). Panics when the chain has no such process.
 fn run_processes(sleep: u32) -> Vec<u32> {
     let mut found = Vec::new();
+    let mut root = None;
     let mut pid = sleep;
-    while let Some(fields) = stat(pid) {
-        found.push(pid);
+    while let Some(fields) = stat(pid).filter(|_| pid > 1) {
         let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if name.trim_end() == "ansible-runner" {
-            return found;
+        if ["ansible-runner", "ansible-playboo"].contains(&name.trim_end()) {
+            root = Some(found.len());
+        } else if root.is_some() {
+            break;
         }
+        found.push(pid);
         pid = fields[1].parse().unwrap_or(1);
     }
-    panic!("no ansible-runner above the hung sleep {sleep}: {found:?}");
+    let Some(root) = root else { panic!("no ansible-runner above the hung sleep {sleep}: {found:?}") };
+    found.truncate(root + 1);
+    found
 }
 
 /// Waits until none of `processes` runs any more.
@@ -248,7 +254,8 @@ async fn a_killed_ansible_playbook_is_a_failure_naming_the_signal_and_the_cr_con
     let sleep = wait_for_sleeps(&markers, "shot", 1).await[0];
     let processes = run_processes(sleep);
     // The kernel names a process after its first 15 bytes. Ansible's task workers are forks of
-    // ansible-playbook, named alike: the playbook process is the one nearest ansible-runner.
+    // ansible-playbook, named alike: the playbook process is the one nearest the run's root (the
+    // root itself when the play runs in it).
     let playbook = *processes
         .iter()
         .rev()

@@ -121,7 +121,6 @@ impl Validator {
         spec.dir = self.root.join(&ident);
         spec.timeout = Some(validate.timeout);
         spec.rotate_artifacts = 1;
-        spec.one_process = true;
         spec.ansible_args = plan_args(&inputs.ansible_args);
         let which = unsafe_strings(watch, inputs.trust_cr_templates);
         let admission = request.admission_var(|value| vars::wrap(value, which));

@@ -280,5 +280,5 @@ fn request<'a>(launch: &'a Launch<'_>) -> Result<RunRequest<'a>, Error> {
     }
     let cwd = std::env::current_dir().map_err(Error::Io)?;
     let cwd = cwd.to_str().ok_or_else(|| not_text("the working directory"))?.to_string();
-    Ok(RunRequest { id: launch.id, argv, env, cwd, one_process: launch.one_process })
+    Ok(RunRequest { id: launch.id, argv, env, cwd })
 }

@@ -17,9 +17,6 @@ pub struct Launch<'a> {
     pub env: Vec<(String, String)>,
     /// Variables of the operator's environment the run does not get.
     pub env_removed: &'a [String],
-    /// Whether the warm worker runs the playbook in ansible-runner's process (no pty, no fork);
-    /// the cold executor always starts it as ansible-runner does.
-    pub one_process: bool,
 }
 
 /// How a run's process ended.

@@ -19,9 +19,6 @@ pub struct RunRequest<'a> {
     pub env: BTreeMap<String, String>,
     /// The working directory ansible-runner would be started in.
     pub cwd: String,
-    /// Whether the playbook runs in the run process itself, not in a fork of it on a pty.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub one_process: bool,
 }
 
 /// Worker → operator.
@@ -64,8 +61,8 @@ pub enum Message {
         /// Why not warm (empty when warm).
         #[serde(default)]
         reason: Reason,
-        /// Whether the playbook runs in the run's own process (a run that asked for it, and could):
-        /// the run process ended by a signal is then the playbook ended by it.
+        /// Whether the playbook runs in the run's own process (every warm run but one with an SSH
+        /// agent): the run process ended by a signal is then the playbook ended by it.
         #[serde(default)]
         one_process: bool,
     },
@@ -225,13 +222,7 @@ mod tests {
 
     #[test]
     fn run_requests_are_tagged() {
-        let request = RunRequest {
-            id: "9",
-            argv: vec!["run".into()],
-            env: BTreeMap::new(),
-            cwd: "/".into(),
-            one_process: false,
-        };
+        let request = RunRequest { id: "9", argv: vec!["run".into()], env: BTreeMap::new(), cwd: "/".into() };
         assert_eq!(
             serde_json::to_value(&request).unwrap(),
             serde_json::json!({"type": "run", "id": "9", "argv": ["run"], "env": {}, "cwd": "/"})

@@ -55,8 +55,6 @@ pub async fn run(
         if plan {
             spec.dir = plan_dir(&ctx.settings, &main_ident);
             spec.ansible_args = plan_args(&spec.ansible_args);
-            // A plan's answer waits for the whole run, as a validation's does.
-            spec.one_process = true;
         }
         spec
     };

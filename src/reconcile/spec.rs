@@ -109,7 +109,6 @@ pub fn run_spec(
         executor: watch.extensions.executor,
         timeout: watch.extensions.run_timeout(settings.run_timeout),
         env_removed: Vec::new(),
-        one_process: false,
     }
 }
 

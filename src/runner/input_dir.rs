@@ -44,9 +44,6 @@ pub struct RunSpec {
     pub timeout: Option<std::time::Duration>,
     /// Variables of the operator's environment the run does not get (set by the run's door).
     pub env_removed: Vec<String>,
-    /// On the warm executor, run the playbook in ansible-runner's own process rather than a fork
-    /// of it on a pty (validations and plans: runs whose answer waits for all of it).
-    pub one_process: bool,
 }
 
 /// The runner's inventory.
@@ -248,7 +245,6 @@ mod tests {
             executor: None,
             timeout: None,
             env_removed: Vec::new(),
-            one_process: false,
         }
     }
 

@@ -220,7 +220,6 @@ pub async fn run(
         argv: spec.argv(),
         env,
         env_removed: &spec.env_removed,
-        one_process: spec.one_process,
     };
     let mut started = settings.launcher.start(spec.executor, launch).await?;
     let pid = started.pid;

@@ -6,12 +6,12 @@ fallback says so):
 
     zygote (zygote.py)                 long-lived, started and supervised by the operator
     ├─ learner (kept.py)               now and then: makes again what runs reported they lacked
-    └─ run process (run.py)            what `ansible-runner run <dir> ...` would be
-       └─ playbook process (playbook.py)   what `ansible-playbook ...` would be, on ansible-runner's pty
-                                           (none for a validation or a plan: its playbook runs
-                                           in the run process, in_process.py)
-          └─ Ansible worker processes      forked by Ansible itself, as always
-             └─ module processes (speedups/modules.py)  what `python AnsiballZ_<module>.py` would be
+    └─ run process (run.py)            what `ansible-runner run <dir> ...` would be, and what
+       │                               `ansible-playbook ...` would be on its pty (in_process.py)
+       ├─ playbook process (playbook.py)   only for a run with an SSH key: ansible-playbook after
+       │                                   the agent, on ansible-runner's pty
+       └─ Ansible worker processes     forked by Ansible itself, as always
+          └─ module processes (speedups/modules.py)  what `python AnsiballZ_<module>.py` would be
 
 Each stage puts back, after the fork, the state a freshly started interpreter would have had; what
 cannot be put back makes that stage exec the real program instead (a fallback).
@@ -22,7 +22,7 @@ Layout: what is ours, and what changes Ansible.
         __main__.py        `python -m ansible_operator_worker`: the zygote
         zygote.py          imports once, forks a run process per request, keeps what learners make
         run.py             the run process: ansible-runner's own entry point
-        playbook.py        the playbook process: ansible-playbook's CLI in a fork, or exec (fallback)
+        playbook.py        where ansible-playbook runs: in the run process, in a fork, or exec (fallback)
         in_process.py      ansible-playbook's CLI in the run process itself, on a stand-in pty
         agent.py           the SSH agent of a run with a key, as ansible-runner's command would start it
         protocol.py        the messages between the operator and the worker

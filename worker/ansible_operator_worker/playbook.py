@@ -1,11 +1,13 @@
-"""The playbook process: where ansible-runner would exec `ansible-playbook` on its pty, the warm run
-forks and runs the already imported Ansible CLI instead, or execs the real program when the run
-cannot be made identical (a fallback, reported to the operator with its reason).
+"""Where ansible-playbook runs: where ansible-runner would exec `ansible-playbook` on its pty, the
+warm run runs the already imported Ansible CLI instead, in the run process itself (`in_process.py`)
+or in a fork of it (the playbook process), or execs the real program when the run cannot be made
+identical (a fallback, reported to the operator with its reason).
 
 ansible-runner starts either `ansible-playbook ARGS` or, when the run has an SSH key,
 `ssh-agent [-a SOCK] sh -c "trap 'rm -f KEY' EXIT && ssh-add KEY && rm -f KEY && ansible-playbook ARGS"`.
-Both are run warm; for the second the playbook process starts the agent and loads the key itself
-(`agent.py`), then runs the playbook with the agent's variables, as the shell would have.
+Both are run warm: the first in the run process, the second in a playbook process that starts the
+agent and loads the key itself (`agent.py`), then runs the playbook with the agent's variables, as
+the shell would have.
 """
 
 from __future__ import annotations
@@ -139,10 +141,10 @@ def plan(worker: Worker, argv: Sequence[str], env: Mapping[str, str], cwd: str |
     return Plan(True, script=script, command=command)
 
 
-def install(worker: Worker, run_id: str, control_fd: int, one_process: bool = False) -> None:
-    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can: in a fork, or
-    with `one_process` in this process itself (`in_process.py`) when the run needs no agent. The
-    decision goes to the operator as a `mode` message."""
+def install(worker: Worker, run_id: str, control_fd: int) -> None:
+    """Makes ansible-runner's `pexpect.spawn` run ansible-playbook warm where it can: in this
+    process itself (`in_process.py`), or in a fork when the run's key needs an agent started
+    first. The decision goes to the operator as a `mode` message."""
     import pexpect
 
     original = pexpect.spawn
@@ -155,14 +157,14 @@ def install(worker: Worker, run_id: str, control_fd: int, one_process: bool = Fa
         except Exception as error:  # noqa: BLE001 - a surprise means: run it the proven way
             decided = Plan(False, f"deciding failed: {type(error).__name__}: {error}")
         mode = "warm" if decided.warm else "cold"
-        here = one_process and decided.warm and decided.command is not None and decided.command.agent is None
+        here = decided.warm and decided.command is not None and decided.command.agent is None
         message = {"type": "mode", "id": run_id, "mode": mode, "reason": decided.reason, "one_process": here}
         protocol.send_fd(control_fd, message)
         if here:
             return in_process.Child(
                 dict(env),
                 kwargs.get("cwd") or os.getcwd(),
-                lambda: _play(decided),
+                lambda: _play_here(decided),
                 lambda code: _send_end(control_fd, run_id, code, None),
             )
         if decided.warm and decided.command is not None:
@@ -316,6 +318,17 @@ def _playbook_process(plan: Plan, env: dict[str, str], tell: int) -> Callable[[]
             process.finish(status, report=_tell_status(tell))
 
     return run
+
+
+def _play_here(plan: Plan) -> int:
+    """`_play` in the run process, named as the playbook process would be while it plays."""
+    with open("/proc/self/comm") as comm:
+        own = comm.read().strip()
+    process.set_name(plan.script)
+    try:
+        return _play(plan)
+    finally:
+        process.set_name(own)
 
 
 def _play(plan: Plan) -> int:

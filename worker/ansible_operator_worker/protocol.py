@@ -1,9 +1,8 @@
 """Messages between the operator and the worker: one JSON object per SOCK_SEQPACKET datagram.
 
 Operator → worker:
-    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "...", "one_process": bool}
-        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr;
-        `one_process` (optional, false) runs the playbook in the run process (`in_process.py`).
+    {"type": "run", "id": ..., "argv": [...], "env": {...}, "cwd": "..."}
+        with two file descriptors attached (SCM_RIGHTS): the run's stdout and stderr.
 Worker → operator:
     {"type": "ready", "pid": ..., "versions": {...}, "preload_seconds": ...}
     {"type": "started", "id": ..., "pid": ...}
@@ -45,8 +44,6 @@ class RunRequest:
     env: dict[str, str]
     #: Its working directory.
     cwd: str
-    #: Whether the playbook runs in the run process itself, not in a fork of it.
-    one_process: bool = False
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -107,10 +104,7 @@ def run_request(message: dict[str, Any]) -> RunRequest:
         raise ProtocolError(f"run {run_id}: env must map strings to strings")
     if not isinstance(cwd, str) or not cwd:
         raise ProtocolError(f"run {run_id}: cwd must be a path")
-    one_process = message.get("one_process", False)
-    if not isinstance(one_process, bool):
-        raise ProtocolError(f"run {run_id}: one_process must be true or false")
-    return RunRequest(run_id, argv, env, cwd, one_process)
+    return RunRequest(run_id, argv, env, cwd)
 
 
 def _close(fd: int) -> None:

@@ -71,7 +71,7 @@ def main(
         process.set_name(script)
         sys.argv = [script, *request.argv]
         sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
-        playbook.install(worker, request.id, control_fd, one_process=request.one_process)
+        playbook.install(worker, request.id, control_fd)
         runner_cli.install()
         from ansible_runner.__main__ import main as ansible_runner
 

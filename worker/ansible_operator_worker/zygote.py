@@ -512,6 +512,12 @@ class Zygote:
                 continue
             signum = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
             code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+            if signum is not None:
+                # A run ended by a signal leaves its play's task processes (the play ran in it) to
+                # this subreaper: its process group (`run.prepare`) ends with it, as a playbook
+                # process's leftovers end with the run process that outlives it.
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
             try:
                 protocol.send(self.control, {"type": "exited", "id": run_id, "code": code, "signal": signum})
             except OSError:
