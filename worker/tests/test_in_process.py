@@ -52,6 +52,10 @@ PLAYBOOK = """\
         fail_msg: "size must be 4, got {{ size }}"
 """
 
+#: The runs' environment: this interpreter's ansible-runner and ansible-playbook first on PATH (the
+#: toolchain under test, whichever venv's bin directory the caller's PATH holds).
+_ENV = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+
 #: Event keys that differ between any two runs.
 _VOLATILE = {"uuid", "parent_uuid", "playbook_uuid", "play_uuid", "task_uuid", "created", "pid", "start", "end",
              "delta", "duration", "runner_ident"}
@@ -75,7 +79,7 @@ class Worker:
         """Every message about the run until its second `exited`, and its standard output."""
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
-        request = {"type": "run", "id": run_id, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+        request = {"type": "run", "id": run_id, "argv": argv, "env": _ENV, "cwd": os.getcwd()}
         socket.send_fds(self.socket, [json.dumps(request).encode()], [out_write, err_write])
         os.close(out_write)
         os.close(err_write)
@@ -137,9 +141,10 @@ def _run(worker: Worker | None, root: Path) -> dict[str, Any]:
     if worker:
         messages, output = worker.run(run_id, argv)
     else:
-        runner = shutil.which("ansible-runner")
+        runner = shutil.which("ansible-runner", path=_ENV["PATH"])
         assert runner, "ansible-runner is on PATH"
-        messages, output = [], subprocess.run([runner, *argv], stdout=subprocess.PIPE, check=False).stdout
+        done = subprocess.run([runner, *argv], env=_ENV, stdout=subprocess.PIPE, check=False)
+        messages, output = [], done.stdout
     artifact = root / "artifacts" / run_id
     events = sorted(
         (json.loads(path.read_text()) for path in (artifact / "job_events").glob("*.json")),
