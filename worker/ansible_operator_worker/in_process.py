@@ -59,7 +59,8 @@ class Terminal(io.RawIOBase):
 
 
 class Child:
-    """What pexpect's `spawn` returns, for a play run in this process: ansible-runner sets
+    """What pexpect's `spawn` returns, for a play run in this process, with what ansible-runner
+    uses of it (`logfile_read`, `isalive`, `expect`, `close`, `exitstatus`, `pid`): it sets
     `logfile_read`, then asks `isalive()` until it is not. The first time, the play runs: `run` is
     called in the environment, directory and signal dispositions its own process would have had,
     with the terminal's streams as `sys.stdout` and `sys.stderr`; its status becomes `exitstatus`
@@ -68,8 +69,6 @@ class Child:
     def __init__(self, env: dict[str, str], cwd: str, run: Callable[[], int], ended: Callable[[int], None]) -> None:
         self.logfile_read: Any = None
         self.exitstatus: int | None = None
-        self.signalstatus: int | None = None
-        self.status: int | None = None
         self.pid = os.getpid()
         self._env = env
         self._cwd = cwd
@@ -79,7 +78,6 @@ class Child:
     def isalive(self) -> bool:
         if self.exitstatus is None:
             self.exitstatus = self._play()
-            self.status = self.exitstatus << 8
             self._ended(self.exitstatus)
         return False
 
@@ -117,9 +115,6 @@ class Child:
 
     def close(self, force: bool = True) -> None:
         pass
-
-    def terminate(self, force: bool = False) -> bool:
-        return True
 
 
 class _SysWith:

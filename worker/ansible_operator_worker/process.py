@@ -54,8 +54,7 @@ def standard_streams() -> None:
     """New `sys.stdin`, `sys.stdout` and `sys.stderr` over descriptors 0, 1 and 2, made the way
     CPython makes them at start-up (`output_streams`). The inherited objects may hold buffered text
     of the parent and were made for its descriptors."""
-    encoding = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
-    errors = sys.__stdout__.errors if sys.__stdout__ else "strict"
+    encoding, errors = _encoding()
     stdin = _text_stream(io.FileIO(0, "rb", closefd=False), "r", encoding, errors, line_buffering=False, unbuffered=False)
     stdout, stderr = output_streams(
         io.FileIO(1, "wb", closefd=False), io.FileIO(2, "wb", closefd=False), terminal=os.isatty(1)
@@ -73,12 +72,18 @@ def output_streams(
     terminal, stderr with backslashreplace and line-buffered, both unbuffered under
     PYTHONUNBUFFERED (the environment they are made in counts, as the interpreter's at its start)."""
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
-    encoding = sys.__stdout__.encoding if sys.__stdout__ else "utf-8"
-    errors = sys.__stdout__.errors if sys.__stdout__ else "strict"
+    encoding, errors = _encoding()
     return (
         _text_stream(stdout, "w", encoding, errors, line_buffering=terminal, unbuffered=unbuffered),
         _text_stream(stderr, "w", encoding, "backslashreplace", line_buffering=True, unbuffered=unbuffered),
     )
+
+
+def _encoding() -> tuple[str, str]:
+    """The encoding and error handler this interpreter made its standard output with."""
+    if sys.__stdout__ is None:
+        return "utf-8", "strict"
+    return sys.__stdout__.encoding, sys.__stdout__.errors or "strict"
 
 
 def _text_stream(

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from zygote_client import Worker, started
 
 PLAYBOOK = """\
 - hosts: localhost
@@ -61,47 +61,10 @@ _VOLATILE = {"uuid", "parent_uuid", "playbook_uuid", "play_uuid", "task_uuid", "
              "delta", "duration", "runner_ident"}
 
 
-class Worker:
-    """The zygote, started as the operator starts it, and asked for runs of ansible-runner."""
-
-    def __init__(self, cwd: Path) -> None:
-        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen([sys.executable, "-m", "ansible_operator_worker"], stdin=theirs, cwd=cwd)
-        theirs.close()
-        self.socket.settimeout(120)
-        assert self.receive()["type"] == "ready"
-
-    def receive(self) -> dict[str, Any]:
-        message: dict[str, Any] = json.loads(self.socket.recv(1 << 20))
-        return message
-
-    def run(self, run_id: str, argv: list[str]) -> tuple[list[dict[str, Any]], bytes]:
-        """Every message about the run until its second `exited`, and its standard output."""
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
-        request = {"type": "run", "id": run_id, "argv": argv, "env": _ENV, "cwd": os.getcwd()}
-        socket.send_fds(self.socket, [json.dumps(request).encode()], [out_write, err_write])
-        os.close(out_write)
-        os.close(err_write)
-        with os.fdopen(out_read, "rb") as out, os.fdopen(err_read, "rb"):
-            output = out.read()
-        messages: list[dict[str, Any]] = []
-        while [m["type"] for m in messages].count("exited") < 2:
-            messages.append(self.receive())
-        return messages, output
-
-    def close(self) -> None:
-        self.socket.close()
-        self.process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    started = Worker(tmp_path_factory.mktemp("worker"))
-    try:
-        yield started
-    finally:
-        started.close()
+    with started(tmp_path_factory.mktemp("worker")) as worker:
+        yield worker
 
 
 def _private_data_dir(root: Path) -> Path:
@@ -139,7 +102,7 @@ def _run(worker: Worker | None, root: Path) -> dict[str, Any]:
     run_id = "warm" if worker else "cold"
     argv = ["run", str(root), "--rotate-artifacts", "1", "-p", str(root / "main.yml"), "-i", run_id, "-j", "-v"]
     if worker:
-        messages, output = worker.run(run_id, argv)
+        messages, output = worker.run(run_id, argv, _ENV)
     else:
         runner = shutil.which("ansible-runner", path=_ENV["PATH"])
         assert runner, "ansible-runner is on PATH"

@@ -3,66 +3,15 @@ the run's exit, and ends the spare with itself."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-
-class Worker:
-    def __init__(self, cwd: Path) -> None:
-        self.socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.process = subprocess.Popen([sys.executable, "-m", "ansible_operator_worker"], stdin=theirs, cwd=cwd)
-        theirs.close()
-        self.socket.settimeout(120)
-        ready = self.receive()
-        assert ready["type"] == "ready"
-
-    def receive(self) -> dict[str, Any]:
-        message: dict[str, Any] = json.loads(self.socket.recv(1 << 20))
-        return message
-
-    def run(self, run_id: str) -> tuple[list[dict[str, Any]], bytes]:
-        """Runs `ansible-runner --version`; every message about it until its second `exited`, and
-        its output."""
-        out_read, out_write = os.pipe()
-        err_read, err_write = os.pipe()
-        request = {"type": "run", "id": run_id, "argv": ["--version"], "env": dict(os.environ), "cwd": os.getcwd()}
-        socket.send_fds(self.socket, [json.dumps(request).encode()], [out_write, err_write])
-        os.close(out_write)
-        os.close(err_write)
-        with os.fdopen(out_read, "rb") as out, os.fdopen(err_read, "rb"):
-            output = out.read()
-        messages = []
-        while [m["type"] for m in messages].count("exited") < 2:
-            messages.append(self.receive())
-        return messages, output
-
-    def spares(self) -> list[int]:
-        """The worker's children that serve no run yet."""
-        return [pid for pid in _children(self.process.pid) if _name(pid) == _name(self.process.pid)]
-
-    def close(self) -> None:
-        self.socket.close()
-        self.process.wait(timeout=30)
-
-
-def _children(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as file:
-        return [int(child) for child in file.read().split()]
-
-
-def _name(pid: int) -> str:
-    with open(f"/proc/{pid}/cmdline", "rb") as file:
-        return file.read().decode(errors="replace")
+from zygote_client import Worker, started
 
 
 def _eventually(check: Any, timeout: float = 10) -> Any:
@@ -76,16 +25,13 @@ def _eventually(check: Any, timeout: float = 10) -> Any:
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
-    started = Worker(tmp_path_factory.mktemp("worker"))
-    try:
-        yield started
-    finally:
-        started.close()
+    with started(tmp_path_factory.mktemp("worker")) as worker:
+        yield worker
 
 
 def test_a_run_is_served_by_the_process_forked_before_it_and_the_next_one_is_forked(worker: Worker) -> None:
     [spare] = _eventually(worker.spares)
-    messages, output = worker.run("run-1")
+    messages, output = worker.run("run-1", ["--version"])
     started = next(m for m in messages if m["type"] == "started")
     assert started["pid"] == spare
     assert output.strip()  # ansible-runner's version
@@ -102,7 +48,7 @@ def test_a_run_asked_for_as_its_spare_dies_is_forked_when_asked(worker: Worker) 
     for attempt in range(5):
         [spare] = _eventually(worker.spares)
         os.kill(spare, signal.SIGKILL)
-        messages, _ = worker.run(f"run-{attempt}")
+        messages, _ = worker.run(f"run-{attempt}", ["--version"])
         started = next(m for m in messages if m["type"] == "started")
         assert started["pid"] != spare
         assert [m["code"] for m in messages if m["type"] == "exited"] == [0, 0]
