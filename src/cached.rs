@@ -32,6 +32,9 @@ pub struct Cached {
     /// This version triggers a run: what triggers one changed since the cached version before it,
     /// or there is none (see `controller`'s trigger filter). True until the filter marks it.
     pub triggers: bool,
+    /// With `watchFields`: the digest of their values in this version (see `controller`'s trigger
+    /// filter), taken before the spec and status are dropped.
+    pub watched: Option<u64>,
 }
 
 impl From<DynamicObject> for Cached {
@@ -39,7 +42,7 @@ impl From<DynamicObject> for Cached {
         let standing = Standing::of(&object);
         let mut metadata = object.metadata;
         metadata.managed_fields = None;
-        Cached { metadata, standing, triggers: true }
+        Cached { metadata, standing, triggers: true, watched: None }
     }
 }
 

@@ -372,6 +372,27 @@ pub struct RunArgs {
     #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_PORT", default_value_t = 8888)]
     pub proxy_port: u16,
 
+    /// Requests per second one run may send through the proxy (0: no limit). A request over the
+    /// limit waits for its turn, at most `--proxy-max-wait`, then gets 429 with Retry-After.
+    #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_QPS_PER_RUN", default_value_t = 0.0, value_parser = per_second)]
+    pub proxy_qps_per_run: f64,
+
+    /// Requests one run may send at once above `--proxy-qps-per-run` (0: the rate, rounded up).
+    #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_BURST_PER_RUN", default_value_t = 0)]
+    pub proxy_burst_per_run: u32,
+
+    /// Requests per second all runs together may send through the proxy (0: no limit).
+    #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_QPS", default_value_t = 0.0, value_parser = per_second)]
+    pub proxy_qps: f64,
+
+    /// Requests all runs may send at once above `--proxy-qps` (0: the rate, rounded up).
+    #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_BURST", default_value_t = 0)]
+    pub proxy_burst: u32,
+
+    /// Longest a request waits for the proxy's rate limits before it is answered 429.
+    #[arg(long, env = "ANSIBLE_OPERATOR_PROXY_MAX_WAIT", default_value = "10s", value_parser = go_duration::parse)]
+    pub proxy_max_wait: Duration,
+
     /// Allow HTTP/2 on the metrics server.
     #[arg(long, env = "ANSIBLE_OPERATOR_ENABLE_HTTP2", default_value = "false", num_args = 0..=1,
           require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
@@ -425,7 +446,7 @@ pub struct RunArgs {
     /// ones, and each converged CR's run at start. New CRs, spec changes, failures, finalizers and
     /// manual requests never wait on it.
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RESYNCS_PER_SECOND", default_value_t = 0.0,
-          value_parser = resyncs_per_second)]
+          value_parser = per_second)]
     pub max_resyncs_per_second: f64,
 
     /// Run artifacts kept across all CRs, oldest removed first (0: only each CR's own
@@ -544,11 +565,11 @@ pub struct RunArgs {
     pub log: LogArgs,
 }
 
-/// `--max-resyncs-per-second`: a rate, 0 or more.
-fn resyncs_per_second(text: &str) -> Result<f64, String> {
+/// `--max-resyncs-per-second`, `--proxy-qps`: a rate, 0 or more.
+fn per_second(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
-        _ => Err(format!("must be a number of resyncs per second, 0 or more (0: no limit), got {text}")),
+        _ => Err(format!("must be a number per second, 0 or more (0: no limit), got {text}")),
     }
 }
 
@@ -587,6 +608,28 @@ mod tests {
         assert_eq!(args.startup_resync, crate::reconcile::schedule::StartupResync::All, "upstream's start");
         assert_eq!(args.resync_jitter, "0.1".parse().unwrap());
         assert_eq!(args.max_resyncs_per_second, 0.0, "no resync limit");
+        assert_eq!((args.proxy_qps_per_run, args.proxy_burst_per_run), (0.0, 0), "no proxy limit per run");
+        assert_eq!((args.proxy_qps, args.proxy_burst), (0.0, 0), "no proxy limit");
+        assert_eq!(args.proxy_max_wait, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn proxy_rate_flags_parse_and_reject_what_is_not_a_rate() {
+        let args = run(&[
+            "--proxy-qps-per-run=2.5",
+            "--proxy-burst-per-run=5",
+            "--proxy-qps=50",
+            "--proxy-max-wait=2s",
+        ]);
+        assert_eq!((args.proxy_qps_per_run, args.proxy_burst_per_run, args.proxy_qps), (2.5, 5, 50.0));
+        assert_eq!(args.proxy_max_wait, Duration::from_secs(2));
+        for value in ["-1", "fast", "inf"] {
+            let error = Cli::try_parse_from(["ansible-operator", "run", &format!("--proxy-qps={value}")])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(error.contains("--proxy-qps") && error.contains(value), "{value}: {error}");
+        }
     }
 
     #[test]

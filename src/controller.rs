@@ -24,7 +24,7 @@ use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::reconcile::{self, Context, Settings};
 use crate::watch_errors::WatchErrors;
-use crate::watches::{Gvk, Watch};
+use crate::watches::{Gvk, Watch, WatchFields};
 
 /// Why a controller could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +122,7 @@ impl WatchController {
             namespaced: self.ctx.namespaced,
             scopes: self.scopes(namespaces),
             selector: self.selector.clone(),
+            field_selector: self.ctx.watch.extensions.field_selector.clone(),
         }
     }
 
@@ -159,11 +160,12 @@ impl WatchController {
             // Only this shard's CRs: the cache holds this replica's share and no more.
             selector.extend([membership.selector()]);
         }
-        let config = watcher::Config::default().labels_from(&selector);
+        let config = primary_watch(&selector, ctx.watch.extensions.field_selector.as_deref());
         let kind: Kind = ctx.kind.clone();
         let writer = Writer::new(kind.clone());
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
+        let watch_fields = ctx.watch.extensions.watch_fields.clone();
         let cached = sharding.as_ref().map(|membership| {
             crate::metrics::CachedCrs::new(ctx.metrics.clone(), &ctx.gvk_label, &membership.shard)
         });
@@ -190,7 +192,7 @@ impl WatchController {
                     std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
-            .map_ok(move |event| triggers.mark(cache(event, annotations_trigger)))
+            .map_ok(move |event| triggers.mark(cache(event, annotations_trigger, watch_fields.as_ref())))
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
@@ -288,12 +290,27 @@ fn remove_runner_dir(ctx: &Context, object: &Cached) {
     }
 }
 
+/// The watch of a kind's objects: the watch's label selector (with sharding, this shard's too) and
+/// its `fieldSelector`. The sharder watches the same objects.
+pub(crate) fn primary_watch(selector: &Selector, field_selector: Option<&str>) -> watcher::Config {
+    let config = watcher::Config::default().labels_from(selector);
+    match field_selector {
+        Some(fields) => config.fields(fields),
+        None => config,
+    }
+}
+
 /// The watch's event with its CR as the cache keeps it (see [`Cached`]).
-fn cache(event: watcher::Event<DynamicObject>, annotations: bool) -> watcher::Event<Cached> {
+fn cache(
+    event: watcher::Event<DynamicObject>,
+    annotations: bool,
+    watch_fields: Option<&WatchFields>,
+) -> watcher::Event<Cached> {
+    let slim = |object| slim(object, annotations, watch_fields);
     match event {
-        watcher::Event::Apply(object) => watcher::Event::Apply(slim(object, annotations)),
-        watcher::Event::Delete(object) => watcher::Event::Delete(slim(object, annotations)),
-        watcher::Event::InitApply(object) => watcher::Event::InitApply(slim(object, annotations)),
+        watcher::Event::Apply(object) => watcher::Event::Apply(slim(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(slim(object)),
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(slim(object)),
         watcher::Event::Init => watcher::Event::Init,
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
@@ -301,12 +318,13 @@ fn cache(event: watcher::Event<DynamicObject>, annotations: bool) -> watcher::Ev
 
 /// The CR as the cache keeps it, without kubectl's copy of the last applied object (as large as
 /// the spec) unless annotation changes trigger (`annotations`): a label-only `kubectl apply`
-/// changes it.
-fn slim(mut object: DynamicObject, annotations: bool) -> Cached {
+/// changes it. With `watchFields`, it keeps the digest of their values ([`Cached::watched`]).
+fn slim(mut object: DynamicObject, annotations: bool, watch_fields: Option<&WatchFields>) -> Cached {
+    let watched = watch_fields.map(|fields| fields.digest(serde_json::to_value(&object).unwrap_or_default()));
     if !annotations {
         object.annotations_mut().remove(LAST_APPLIED);
     }
-    Cached::from(object)
+    Cached { watched, ..Cached::from(object) }
 }
 
 /// kubectl's copy of the object it last applied: as large as the spec.
@@ -343,19 +361,28 @@ impl Triggers {
     }
 
     fn hash(&self, object: &Cached) -> Option<u64> {
-        trigger_hash(object, self.annotations, self.drain_label.as_deref())
+        trigger_hash(object, object.watched, self.annotations, self.drain_label.as_deref())
     }
 }
 
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
+/// With `watchFields`, the digest of their values (`watched`) stands for the generation: only a
+/// change in them triggers, and objects without a generation are filtered too.
 /// Pausing or resuming a CR (its annotation) triggers whatever the watch says.
 /// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
 /// CR over.
-fn trigger_hash<K: Resource>(object: &K, annotations: bool, drain_label: Option<&str>) -> Option<u64> {
-    let generation = object.meta().generation?;
+fn trigger_hash<K: Resource>(
+    object: &K,
+    watched: Option<u64>,
+    annotations: bool,
+    drain_label: Option<&str>,
+) -> Option<u64> {
     let mut hasher = DefaultHasher::new();
-    generation.hash(&mut hasher);
+    match watched {
+        Some(digest) => digest.hash(&mut hasher),
+        None => object.meta().generation?.hash(&mut hasher),
+    }
     if let Some(drain_label) = drain_label {
         object.labels().contains_key(drain_label).hash(&mut hasher);
     }
@@ -394,8 +421,8 @@ mod tests {
             "status": {"conditions": [{"type": "Successful", "status": "True"}], "big": "x"}
         }))
         .unwrap();
-        assert!(slim(object.clone(), true).annotations().contains_key(LAST_APPLIED));
-        let cached = slim(object, false);
+        assert!(slim(object.clone(), true, None).annotations().contains_key(LAST_APPLIED));
+        let cached = slim(object, false, None);
         assert_eq!(cached.annotations(), &[("a".to_string(), "1".to_string())].into());
         assert_eq!(cached.metadata.managed_fields, None);
         assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
@@ -429,35 +456,63 @@ mod tests {
     }
 
     #[test]
+    fn with_watch_fields_only_a_change_in_them_triggers() {
+        let kind: Kind =
+            Arc::new(kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Node")));
+        let mut writer = Writer::new(kind.clone());
+        let triggers = Triggers { store: writer.as_reader(), kind, annotations: false, drain_label: None };
+        let fields = WatchFields::from_queries(&["$.spec.taints", "$.metadata.labels"]);
+        let version = |heartbeat: &str, taint: &str, generation: Option<i64>| {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": "n", "uid": "u", "resourceVersion": heartbeat, "generation": generation},
+                "spec": {"taints": [{"key": taint}]}, "status": {"heartbeat": heartbeat}
+            }))
+            .unwrap();
+            slim(object, false, Some(&fields))
+        };
+        let mut seen = |cached: Cached| {
+            let event = triggers.mark(watcher::Event::Apply(cached));
+            writer.apply_watcher_event(&event);
+            let watcher::Event::Apply(cached) = event else { unreachable!() };
+            cached.triggers
+        };
+        assert!(seen(version("1", "a", None)), "the first version");
+        assert!(!seen(version("2", "a", None)), "a status heartbeat, though the kind has no generation");
+        assert!(seen(version("3", "b", None)), "a watched field");
+        assert!(!seen(version("4", "b", Some(7))), "a new generation alone");
+    }
+
+    #[test]
     fn a_manual_request_triggers_without_annotation_watching() {
         let request =
             json!({(reconcile::annotations::RECONCILE_REQUESTED): "{\"at\":\"2026-11-23T10:00:00Z\"}"});
         assert_ne!(
-            trigger_hash(&object(1, json!({})), false, None),
-            trigger_hash(&object(1, request), false, None)
+            trigger_hash(&object(1, json!({})), None, false, None),
+            trigger_hash(&object(1, request), None, false, None)
         );
     }
 
     #[test]
     fn pausing_and_resuming_trigger_without_annotation_watching_and_other_values_do_not() {
         let paused = |value: &str| object(1, json!({(reconcile::annotations::PAUSED): value}));
-        let plain = trigger_hash(&object(1, json!({})), false, None);
-        assert_ne!(plain, trigger_hash(&paused("true"), false, None));
-        assert_eq!(plain, trigger_hash(&paused("false"), false, None), "not paused either way");
-        assert_eq!(plain, trigger_hash(&paused("no"), false, None));
+        let plain = trigger_hash(&object(1, json!({})), None, false, None);
+        assert_ne!(plain, trigger_hash(&paused("true"), None, false, None));
+        assert_eq!(plain, trigger_hash(&paused("false"), None, false, None), "not paused either way");
+        assert_eq!(plain, trigger_hash(&paused("no"), None, false, None));
     }
 
     #[test]
     fn only_generation_changes_trigger_by_default() {
-        let base = trigger_hash(&object(1, json!({"a": "1"})), false, None);
-        assert_eq!(base, trigger_hash(&object(1, json!({"a": "2"})), false, None));
-        assert_ne!(base, trigger_hash(&object(2, json!({"a": "1"})), false, None));
+        let base = trigger_hash(&object(1, json!({"a": "1"})), None, false, None);
+        assert_eq!(base, trigger_hash(&object(1, json!({"a": "2"})), None, false, None));
+        assert_ne!(base, trigger_hash(&object(2, json!({"a": "1"})), None, false, None));
     }
 
     #[test]
     fn annotation_changes_trigger_when_opted_in() {
-        let base = trigger_hash(&object(1, json!({"a": "1"})), true, None);
-        assert_ne!(base, trigger_hash(&object(1, json!({"a": "2"})), true, None));
+        let base = trigger_hash(&object(1, json!({"a": "1"})), None, true, None);
+        assert_ne!(base, trigger_hash(&object(1, json!({"a": "2"})), None, true, None));
     }
 
     #[test]
@@ -466,7 +521,10 @@ mod tests {
         let mut draining = object(1, json!({}));
         draining.metadata.labels = Some([(drain.to_string(), "true".to_string())].into());
         let plain = object(1, json!({}));
-        assert_ne!(trigger_hash(&plain, false, Some(drain)), trigger_hash(&draining, false, Some(drain)));
-        assert_eq!(trigger_hash(&plain, false, None), trigger_hash(&draining, false, None));
+        assert_ne!(
+            trigger_hash(&plain, None, false, Some(drain)),
+            trigger_hash(&draining, None, false, Some(drain))
+        );
+        assert_eq!(trigger_hash(&plain, None, false, None), trigger_hash(&draining, None, false, None));
     }
 }

@@ -29,6 +29,7 @@ pub mod plan;
 #[cfg(test)]
 mod proptest_support;
 pub mod proxy;
+pub mod rate;
 pub mod rbac;
 pub mod reconcile;
 pub mod recorder;

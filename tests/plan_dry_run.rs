@@ -16,6 +16,7 @@ use std::time::Duration;
 use ansible_operator::proxy::Proxy;
 use ansible_operator::proxy::credentials::Grant;
 use ansible_operator::proxy::owner::Owner;
+use ansible_operator::proxy::throttle::Throttle;
 use ansible_operator::watches::Gvk;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Service, ServiceAccount};
@@ -182,7 +183,8 @@ async fn a_plans_writes_through_the_proxy_change_nothing_and_what_cannot_be_rebu
     .await;
 
     // The operator's proxy, on the same API server, with a plan's credential.
-    let (proxy, listener) = Proxy::bind(support::client().await, 0, None).await.expect("bind the proxy");
+    let (proxy, listener) =
+        Proxy::bind(support::client().await, 0, None, Throttle::unlimited()).await.expect("bind the proxy");
     let port = proxy.port();
     let shutdown = CancellationToken::new();
     tokio::spawn(Arc::clone(&proxy).serve(listener, shutdown.clone()));

@@ -269,3 +269,33 @@ async fn with_injection_off_children_are_created_without_owner_references() {
     assert!(child.metadata.owner_references.is_none(), "{:?}", child.metadata.owner_references);
     assert!(!child.metadata.annotations.unwrap_or_default().contains_key("operator-sdk/primary-resource"));
 }
+
+/// A run over its rate limit (`--proxy-qps-per-run`) gets 429 with Retry-After on the reads it sends
+/// too fast; the Kubernetes client waits and sends them again, so the run still succeeds, and the
+/// refusals are counted and logged.
+#[tokio::test]
+async fn a_run_over_its_rate_limit_is_answered_429_and_its_client_retries_to_success() {
+    let Test { client: _, ns, api } = Test::setup("proxy-throttled").kind(GROUP, KIND).build().await;
+    let metrics_port = support::free_port();
+    let operator = OperatorConfig::new(&support::playbook_watch(GROUP, KIND, "throttled.yml"), &ns.name)
+        .arg("--proxy-qps-per-run=1")
+        .arg("--proxy-burst-per-run=1")
+        .arg("--proxy-max-wait=0s")
+        .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
+        .start();
+    support::create_cr(&api, GROUP, KIND, "eager", json!({})).await;
+    support::wait_for_condition(&api, "eager", "Successful", "True", WAIT).await;
+
+    let refused = "ansible_operator_proxy_throttled_requests_total{limit=\"run\",outcome=\"refused\"}";
+    let text = support::http_get(metrics_port, "/metrics", None).map(|(_, text)| text).unwrap_or_default();
+    let count = text
+        .lines()
+        .find(|line| line.starts_with(refused))
+        .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(count.is_some_and(|count| count >= 1.0), "{refused} in:\n{text}");
+    assert!(
+        operator.log().contains("the proxy's rate limit is reached (429)"),
+        "the refusal is logged:\n{}",
+        operator.log()
+    );
+}

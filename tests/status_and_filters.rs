@@ -1,13 +1,16 @@
-//! Who writes the status (`manageStatus` and `operator_sdk.util.k8s_status`), and which CRs an
-//! operator runs at all (label `selector`, `WATCH_NAMESPACE`).
+//! Who writes the status (`manageStatus` and `operator_sdk.util.k8s_status`), which objects an
+//! operator runs at all (label `selector`, `fieldSelector`, `WATCH_NAMESPACE`), and which of their
+//! changes run them (`watchFields`).
 
 use crate::support;
 
 use std::time::Duration;
 
-use kube::api::DynamicObject;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use support::operator::OperatorConfig;
+use support::operator::{OperatorConfig, scratch_dir};
 use support::setup::Test;
 
 const GROUP: &str = "core.test.example.com";
@@ -102,4 +105,69 @@ async fn operator_watching_one_namespace_leaves_crs_in_another_alone() {
     let untouched = other_api.get("elsewhere").await.unwrap();
     assert_eq!(untouched.data["status"], Value::Null, "never reconciled");
     assert_eq!(support::configmaps::data(&client, &other.name, "elsewhere-marker").await, None);
+}
+
+/// A Node-like kind: ConfigMaps have no generation, so upstream runs the playbook on every write
+/// (a Node's heartbeats, ansible-operator-plugins#135). `watchFields` runs it only when a watched
+/// field changes; `fieldSelector` leaves some objects out of the watch.
+#[tokio::test]
+async fn watch_fields_and_a_field_selector_decide_which_changes_of_which_objects_run() {
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "filter-fields").await;
+    let runs_dir = scratch_dir(&format!("{}-runs", ns.name));
+    let watches = format!(
+        "- version: v1\n  group: \"\"\n  kind: ConfigMap\n  playbook: {{fixtures}}/playbooks/count_runs.yml\n  \
+         manageStatus: false\n  watchDependentResources: false\n  \
+         watchFields: [.data.wanted, .metadata.labels]\n  fieldSelector: metadata.name!=left-out\n  \
+         vars:\n    runs_dir: {}\n",
+        runs_dir.display()
+    );
+    let _operator = OperatorConfig::new(&watches, &ns.name).start();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let runs = |name: &str| {
+        std::fs::read_to_string(runs_dir.join(format!("{name}.runs"))).map(|t| t.lines().count()).unwrap_or(0)
+    };
+    let wait_for_runs = |name: &'static str, count: usize| async move {
+        let what = format!("{count} runs of {name}");
+        support::wait_for(&what, WAIT, move || async move {
+            let seen = runs(name);
+            Ok((seen >= count).then_some(()).ok_or(format!("{seen} runs")))
+        })
+        .await
+    };
+    let patch = |name: &'static str, patch: Value| {
+        let configmaps = configmaps.clone();
+        async move { configmaps.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap() }
+    };
+    for name in ["watched", "marker", "left-out"] {
+        let configmap = serde_json::from_value(json!({
+            "metadata": {"name": name}, "data": {"wanted": "1", "heartbeat": "0"}
+        }))
+        .unwrap();
+        configmaps.create(&PostParams::default(), &configmap).await.unwrap();
+    }
+    wait_for_runs("watched", 1).await;
+    wait_for_runs("marker", 1).await;
+
+    for beat in 1..=5 {
+        patch("watched", json!({"data": {"heartbeat": beat.to_string()}})).await;
+    }
+    // The watch brings events in order: once the marker's later change has run, a heartbeat's run
+    // would have started too.
+    patch("marker", json!({"data": {"wanted": "2"}})).await;
+    wait_for_runs("marker", 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(runs("watched"), 1, "heartbeats (unwatched fields) ran the playbook");
+
+    patch("watched", json!({"data": {"wanted": "2"}})).await;
+    wait_for_runs("watched", 2).await;
+    patch("watched", json!({"metadata": {"labels": {"tier": "gold"}}})).await;
+    wait_for_runs("watched", 3).await;
+
+    patch("left-out", json!({"data": {"wanted": "2"}})).await;
+    patch("marker", json!({"data": {"wanted": "3"}})).await;
+    wait_for_runs("marker", 3).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(runs("left-out"), 0, "the field selector leaves it out of the watch");
+    assert_eq!(runs("watched"), 3);
 }

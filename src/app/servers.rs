@@ -16,6 +16,7 @@ use crate::health;
 use crate::metrics;
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
+use crate::proxy::throttle::{Rate, Throttle};
 use crate::runner;
 use crate::{api, http_server, tls};
 
@@ -58,7 +59,14 @@ pub(super) async fn serve_proxy(
     wired: &Wiring,
     dependents: Option<Arc<Dependents>>,
 ) -> anyhow::Result<Arc<Proxy>> {
-    let (proxy, listener) = Proxy::bind(wired.proxy_client.clone(), args.proxy_port, dependents).await?;
+    let throttle = Throttle::new(
+        Rate { per_second: args.proxy_qps_per_run, burst: args.proxy_burst_per_run },
+        Rate { per_second: args.proxy_qps, burst: args.proxy_burst },
+        args.proxy_max_wait,
+        Some(wired.metrics.clone()),
+    );
+    let (proxy, listener) =
+        Proxy::bind(wired.proxy_client.clone(), args.proxy_port, dependents, throttle).await?;
     tokio::spawn(proxy.clone().serve(listener, wired.shutdown.clone()));
     Ok(proxy)
 }

@@ -5,6 +5,7 @@
 mod crs;
 mod executor;
 mod family;
+mod proxy;
 mod reconcile;
 mod runs;
 mod server;
@@ -27,6 +28,7 @@ use self::executor::{
     EXECUTOR_FALLBACKS, EXECUTOR_RUNS, EXECUTOR_WORKER_RESTARTS, EXECUTOR_WORKER_RSS, ExecutorMetrics,
 };
 use self::family::Labels;
+use self::proxy::{PROXY_THROTTLED, ProxyMetrics};
 use self::reconcile::{
     ACTIVE_WORKERS, MAX_CONCURRENT, PAUSED_CRS, RECONCILE_ERRORS_TOTAL, RECONCILE_RESULT, RECONCILE_TIME,
     RECONCILE_TOTAL, RECONCILES, ReconcileMetrics,
@@ -64,6 +66,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     SHARD_CRS,
     SHARD_INFO,
     UNDECODABLE_CRS,
+    PROXY_THROTTLED,
     CR_CONDITION,
     CR_LAST_SUCCESS,
     CR_CONSECUTIVE_FAILURES,
@@ -90,6 +93,7 @@ pub struct Metrics {
     runs: RunMetrics,
     executor: ExecutorMetrics,
     shards: ShardMetrics,
+    proxy: ProxyMetrics,
     /// `None` with `--cr-metrics=false`.
     crs: Option<CrMetrics>,
     user: Arc<Mutex<UserMetrics>>,
@@ -115,9 +119,10 @@ impl Metrics {
         let runs = RunMetrics::register(&mut registry);
         let executor = ExecutorMetrics::register(&mut registry);
         let shards = ShardMetrics::register(&mut registry);
+        let proxy = ProxyMetrics::register(&mut registry);
         let crs = cr_metrics.then(|| CrMetrics::register(&mut registry));
         registry.register_collector(Box::new(user::Collector(user.clone())));
-        Arc::new(Metrics { registry, reconcile, runs, executor, shards, crs, user })
+        Arc::new(Metrics { registry, reconcile, runs, executor, shards, proxy, crs, user })
     }
 
     /// Starts timing one reconcile of `gvk` (see [`gvk_label`]) by `controller` (see
@@ -182,6 +187,12 @@ impl Metrics {
     /// Counts a version of a `gvk` CR that could not be decoded (and was skipped).
     pub fn undecodable_cr(&self, gvk: &str) {
         self.shards.undecodable_cr(gvk);
+    }
+
+    /// Counts a run's request through the proxy held back by `limit` (`run`, `operator`), with
+    /// `outcome` (`delayed`, `refused`).
+    pub fn proxy_throttled(&self, limit: &'static str, outcome: &'static str) {
+        self.proxy.throttled(limit, outcome);
     }
 
     /// Sets the per-CR condition series of `cr` (type, whether `True`); types it no longer carries go.

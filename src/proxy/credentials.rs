@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::owner::Owner;
 use super::rights::Rights;
+use super::throttle::RunBucket;
 use crate::history::{Read, Touched};
 use crate::mask::Secrets;
 use crate::watches::Gvk;
@@ -32,6 +33,8 @@ pub struct Grant {
     pub plan_only: bool,
     /// What the run's kind may ask for, and as whom.
     pub rights: Arc<Rights>,
+    /// The run's own rate limit bucket (`--proxy-qps-per-run`), made on its first request.
+    pub bucket: RunBucket,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
@@ -54,6 +57,7 @@ impl Grant {
             reads: Mutex::default(),
             plan_only: true,
             rights,
+            bucket: RunBucket::new(),
         }
     }
 
@@ -172,6 +176,7 @@ mod tests {
             reads: Mutex::default(),
             plan_only: false,
             rights: Arc::default(),
+            bucket: RunBucket::new(),
         }
     }
 

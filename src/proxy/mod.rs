@@ -18,6 +18,7 @@ pub mod reads;
 pub mod request_info;
 pub mod rights;
 pub mod secrets;
+pub mod throttle;
 pub mod wire;
 
 use std::convert::Infallible;
@@ -43,6 +44,7 @@ use dependents::Dependents;
 use owner::{Link, Ownership, Prior, Write};
 use read_watches::ReadWatches;
 use request_info::RequestInfo;
+use throttle::Throttle;
 use wire::{Body, ProxyError, box_body, collect, full, status};
 
 use crate::history::Touched;
@@ -77,6 +79,8 @@ pub struct Proxy {
     port: u16,
     /// Permits for [`MAX_CONNECTIONS`].
     connections: Arc<tokio::sync::Semaphore>,
+    /// The rate limits on runs' requests.
+    throttle: Throttle,
 }
 
 impl Proxy {
@@ -85,6 +89,7 @@ impl Proxy {
         client: Client,
         port: u16,
         dependents: Option<Arc<Dependents>>,
+        throttle: Throttle,
     ) -> Result<(Arc<Self>, TcpListener), Error> {
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))
             .await
@@ -93,7 +98,15 @@ impl Proxy {
         let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let read_watches = dependents.clone().map(|dependents| ReadWatches::new(client.clone(), dependents));
         let children = Children::new(client.clone(), dependents);
-        let proxy = Proxy { client, credentials: Arc::default(), children, read_watches, port, connections };
+        let proxy = Proxy {
+            client,
+            credentials: Arc::default(),
+            children,
+            read_watches,
+            port,
+            connections,
+            throttle,
+        };
         Ok((Arc::new(proxy), listener))
     }
 
@@ -160,6 +173,19 @@ impl Proxy {
             tracing::warn!(%method, path, "proxy request without a valid run credential");
             return status(StatusCode::UNAUTHORIZED, "Unauthorized", "a valid run credential is required");
         };
+        if let Err(refused) = self.throttle.admit(&grant.bucket).await {
+            tracing::warn!(
+                kind = %grant.owner.gvk,
+                namespace = grant.owner.namespace.as_deref().unwrap_or_default(),
+                name = %grant.owner.name,
+                %method,
+                path,
+                limit = refused.limit.as_str(),
+                retry_after_ms = u64::try_from(refused.retry_after.as_millis()).unwrap_or(u64::MAX),
+                "refused a run's request: the proxy's rate limit is reached (429)"
+            );
+            return refused.response();
+        }
         match self.forward(request, &grant).await {
             Ok(response) => response,
             Err(error) => {
@@ -550,6 +576,7 @@ mod tests {
             read_watches: None,
             port: address.port(),
             connections,
+            throttle: Throttle::unlimited(),
         };
         let shutdown = CancellationToken::new();
         tokio::spawn(Arc::new(proxy).serve(listener, shutdown.clone()));

@@ -5,27 +5,10 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
+use governor::Quota;
 
+use crate::rate;
 use crate::run::Priority;
-
-/// Governor's limiter on tokio's clock, so the pace follows tokio's (and tests' paused) time.
-type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
-
-/// Tokio's clock, as time since the bucket was made.
-#[derive(Debug, Clone)]
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    type Instant = Duration;
-
-    fn now(&self) -> Duration {
-        self.0.elapsed()
-    }
-}
 
 /// The resync bucket; `None` inside when resyncs are not limited.
 #[derive(Debug)]
@@ -35,8 +18,7 @@ pub struct Pacer {
 
 #[derive(Debug)]
 struct Bucket {
-    limiter: Limiter,
-    clock: TokioClock,
+    tokens: rate::Bucket,
     /// Waiting resyncs take turns (tokio's mutex is fair), so none is overtaken for ever.
     queue: tokio::sync::Mutex<()>,
 }
@@ -49,14 +31,8 @@ impl Pacer {
             .then(|| Quota::with_period(Duration::from_secs_f64(1.0 / per_second)))
             .flatten()
             .map(|quota| quota.allow_burst(NonZeroU32::MIN));
-        let bucket = quota.map(|quota| {
-            let clock = TokioClock(tokio::time::Instant::now());
-            Bucket {
-                limiter: RateLimiter::direct_with_clock(quota, clock.clone()),
-                clock,
-                queue: tokio::sync::Mutex::new(()),
-            }
-        });
+        let bucket = quota
+            .map(|quota| Bucket { tokens: rate::Bucket::new(quota), queue: tokio::sync::Mutex::new(()) });
         Pacer { bucket }
     }
 
@@ -69,14 +45,18 @@ impl Pacer {
             return;
         }
         if let Ok(_turn) = bucket.queue.try_lock()
-            && bucket.limiter.check().is_ok()
+            && bucket.tokens.take().is_zero()
         {
             return;
         }
         let _waiting = waiting();
         let _turn = bucket.queue.lock().await;
-        while let Err(not_until) = bucket.limiter.check() {
-            tokio::time::sleep(not_until.wait_time_from(bucket.clock.now())).await;
+        loop {
+            let wait = bucket.tokens.take();
+            if wait.is_zero() {
+                break;
+            }
+            tokio::time::sleep(wait).await;
         }
     }
 }

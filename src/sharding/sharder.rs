@@ -33,7 +33,7 @@ const ROUND: Duration = Duration::from_secs(1);
 const WRITES_AT_ONCE: usize = 16;
 
 /// A watched kind the sharder assigns: its API resource, the namespaces it is watched in (`None`:
-/// all) and the watch's own label selector.
+/// all) and the watch's own label and field selectors.
 #[derive(Debug, Clone)]
 pub struct Kind {
     /// The kind's API resource.
@@ -44,6 +44,8 @@ pub struct Kind {
     pub scopes: Vec<Option<String>>,
     /// The watch entry's selector (CRs it does not select are not reconciled, so not assigned).
     pub selector: Selector,
+    /// The watch entry's `fieldSelector`.
+    pub field_selector: Option<String>,
 }
 
 /// The sharder of one ring.
@@ -123,7 +125,7 @@ impl Sharder {
                 };
                 let writer = Writer::new(kind.resource.clone());
                 objects.push((index, writer.as_reader()));
-                let config = watcher::Config::default().labels_from(&kind.selector);
+                let config = crate::controller::primary_watch(&kind.selector, kind.field_selector.as_deref());
                 let mut reported = decoded::Reported::default();
                 let stream = watcher(api, config)
                     .default_backoff()

@@ -158,6 +158,18 @@ pub enum Error {
         /// What is wrong, naming the value.
         problem: String,
     },
+    /// A watch filter (`watchFields`, `fieldSelector`) cannot be used.
+    #[error("{at}: field {field:?}: {value}: {reason}")]
+    Filter {
+        /// The entry.
+        at: Box<EntryRef>,
+        /// The field, e.g. `watchFields[1]`.
+        field: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An extension template (`inventory`, `sshKeySecret`) does not parse.
     #[error("{at}: field {:?}: {}", template.field, template_text(template))]
     Template {

@@ -1,7 +1,7 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
 //! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`,
 //! `readyConditions`, `watchReadResources`, `validate`, `validateFailurePolicy`, `validateTimeout`,
-//! `permissions`): read,
+//! `permissions`, `watchFields`, `fieldSelector`): read,
 //! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 15] = [
+pub(super) const KEYS: [&str; 17] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -32,6 +32,8 @@ pub(super) const KEYS: [&str; 15] = [
     "validateFailurePolicy",
     "validateTimeout",
     "permissions",
+    "watchFields",
+    "fieldSelector",
 ];
 
 /// `validateTimeout` when absent.
@@ -77,6 +79,8 @@ pub(super) fn read(
     let ready_conditions = fields.boolean("readyConditions").map_err(|e| e.at(at))?;
     let watch_read_resources = fields.boolean("watchReadResources").map_err(|e| e.at(at))?.unwrap_or(false);
     let permissions = super::permissions::read(fields, at)?;
+    let watch_fields = super::filters::watch_fields(fields, at)?;
+    let field_selector = super::filters::field_selector(fields, at)?;
     Ok(Extensions {
         inventory,
         ssh_key_secret,
@@ -91,6 +95,8 @@ pub(super) fn read(
         ready_conditions,
         watch_read_resources,
         permissions,
+        watch_fields,
+        field_selector,
     })
 }
 

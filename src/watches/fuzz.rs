@@ -199,11 +199,10 @@ fn wrong_value(field: &'static str) -> impl Strategy<Value = Value> {
     let numbers = any::<i32>().prop_map(Value::from);
     let collections = prop_oneof![Just(json!([1, "a"])), Just(json!({"a": [1]}))];
     let wrong = match field {
-        "group" | "version" | "kind" | "playbook" | "role" | "inventory" | "sshKeySecret" => {
-            prop_oneof![numbers, any::<bool>().prop_map(Value::from), collections].boxed()
-        }
+        "group" | "version" | "kind" | "playbook" | "role" | "inventory" | "sshKeySecret"
+        | "fieldSelector" => prop_oneof![numbers, any::<bool>().prop_map(Value::from), collections].boxed(),
         "vars" | "selector" | "finalizer" => prop_oneof![strings, numbers, Just(json!([1]))].boxed(),
-        "blacklist" => prop_oneof![strings, numbers, Just(json!({"a": 1}))].boxed(),
+        "blacklist" | "watchFields" => prop_oneof![strings, numbers, Just(json!({"a": 1}))].boxed(),
         "maxRunnerArtifacts" | "runHistoryLimit" => {
             prop_oneof![strings, (i32::MIN..0).prop_map(Value::from), Just(json!(1.5)), collections].boxed()
         }
@@ -214,7 +213,7 @@ fn wrong_value(field: &'static str) -> impl Strategy<Value = Value> {
     wrong.prop_filter("not the value the field takes", |value| !value.is_null())
 }
 
-const TYPED_FIELDS: [&str; 21] = [
+const TYPED_FIELDS: [&str; 23] = [
     "group",
     "version",
     "kind",
@@ -236,6 +235,8 @@ const TYPED_FIELDS: [&str; 21] = [
     "trustCRVariables",
     "readyConditions",
     "watchReadResources",
+    "watchFields",
+    "fieldSelector",
 ];
 
 #[test]

@@ -11,6 +11,7 @@ mod error;
 mod expand;
 mod extensions;
 mod fields;
+mod filters;
 #[cfg(test)]
 mod fuzz;
 mod gvk;
@@ -30,6 +31,7 @@ mod tests;
 pub use environment::Environment;
 pub use error::{EntryRef, Error, Result};
 pub use fields::describe;
+pub use filters::WatchFields;
 pub use gvk::Gvk;
 pub use load::{load, parse};
 pub use namespaces::watch_namespaces;

@@ -785,3 +785,47 @@ fn the_sample_watches_keep_commands_and_paths_in_watch_vars_shared_through_a_mer
         assert!(vars("KubernetesCluster").contains_key(name), "KubernetesCluster: {name}");
     }
 }
+
+#[test]
+fn watch_filters_load_as_written() {
+    let (_dir, env) = project();
+    let watch = one(
+        &memcached(
+            "  role: memcached\n  watchFields: [.spec, \"$.metadata.labels\"]\n  fieldSelector: metadata.name!=skip,status.phase==Ready\n",
+        ),
+        &env,
+    );
+    assert_eq!(
+        watch.extensions.watch_fields,
+        Some(WatchFields::from_queries(&[".spec", "$.metadata.labels"]))
+    );
+    assert_eq!(watch.extensions.field_selector.as_deref(), Some("metadata.name!=skip,status.phase==Ready"));
+    let plain = one(&memcached("  role: memcached\n"), &env);
+    assert_eq!((plain.extensions.watch_fields, plain.extensions.field_selector), (None, None));
+}
+
+#[test]
+fn bad_watch_filters_name_the_field_and_value() {
+    let (_dir, env) = project();
+    let prefix = "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): ";
+    let cases = [
+        ("  watchFields: []\n", "field \"watchFields\": []: list at least one field"),
+        (
+            "  watchFields: [$.spec, \"$.spec[\"]\n",
+            "field \"watchFields[1]\": \"$.spec[\": not a JSONPath query",
+        ),
+        ("  watchFields: [$.spec, 3]\n", "field \"watchFields[1]\": expected a string, found 3"),
+        ("  watchFields: $.spec\n", "field \"watchFields\": expected a list, found \"$.spec\""),
+        ("  fieldSelector: metadata.name\n", "field \"fieldSelector\": \"metadata.name\": expected terms"),
+        ("  fieldSelector: \"a=b,=c\"\n", "field \"fieldSelector\": \"a=b,=c\": expected terms"),
+        ("  fieldSelector: \" \"\n", "field \"fieldSelector\": \" \": expected terms"),
+    ];
+    for (field, expected) in cases {
+        let err = parse_err(&memcached(&format!("  role: memcached\n{field}")), &env);
+        assert!(err.starts_with(&format!("{prefix}{expected}")), "{field}: {err}");
+    }
+    for accepted in ["a=", "a==b", "a!=b", "metadata.namespace!=kube-system,metadata.name=x"] {
+        let watch = one(&memcached(&format!("  role: memcached\n  fieldSelector: \"{accepted}\"\n")), &env);
+        assert_eq!(watch.extensions.field_selector.as_deref(), Some(accepted));
+    }
+}

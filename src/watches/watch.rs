@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Map, Value};
 
-use super::Gvk;
+use super::{Gvk, WatchFields};
 
 /// What ansible-runner runs for a watch: a playbook file or a role directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +74,11 @@ pub struct Extensions {
     /// `permissions`: the rules this kind's runs act with, enforced by the proxy; `None`: the
     /// operator's whole identity, as upstream's.
     pub permissions: Option<Vec<super::permissions::Rule>>,
+    /// `watchFields`: only a change in these fields of an object triggers a run; `None`: upstream's
+    /// trigger (its generation, or any change for kinds without one).
+    pub watch_fields: Option<WatchFields>,
+    /// `fieldSelector`: only objects matching it are watched, beside the label `selector`.
+    pub field_selector: Option<String>,
 }
 
 impl Extensions {
