@@ -117,6 +117,8 @@ pub struct Outcome {
     pub tasks_omitted: usize,
     /// The task (or handler) that started last: what the run was doing if it had to be stopped.
     pub last_task_started: Option<String>,
+    /// Tasks and handlers started so far.
+    pub tasks_started: usize,
 }
 
 impl Outcome {
@@ -131,6 +133,7 @@ impl Outcome {
             "runner_on_unreachable" => self.failures.push(failure(event, true)),
             "playbook_on_task_start" | "playbook_on_handler_task_start" => {
                 self.last_task_started = event.data_str("task").map(str::to_string);
+                self.tasks_started += 1;
             }
             _ => {}
         }

@@ -2,7 +2,7 @@
 //! kstatus `Ready`/`Reconciling`/`Stalled` that `kubectl wait --for=condition=Ready` understands,
 //! and `/metrics` has its condition, last-success and consecutive-failure series until it is
 //! deleted; by default the status is upstream's alone, and `--cr-metrics=false` exposes no per-CR
-//! series.
+//! series. With `statusProgress: true`, the `Running` condition says which task a run is at.
 
 use crate::support;
 
@@ -202,4 +202,46 @@ async fn the_flag_turns_ready_conditions_on_for_every_watch_and_a_watch_key_of_f
     assert!(output.status.success(), "kubectl wait: {}", support::describe_output(&output));
     let cr = support::wait_for_generation(&opted_out, "opted-out", 1, WAIT).await;
     assert!(support::condition(&cr, "Ready").is_none(), "the watch key wins: {}", cr.data["status"]);
+}
+
+/// `statusProgress: true`: mid-run, `Running` (and `Reconciling`) name the task the run is at; the
+/// second run also says how many tasks the first had; the run's end writes upstream's message.
+#[tokio::test]
+async fn status_progress_names_the_task_a_run_is_at() {
+    let Test { client: _, ns, api } = Test::setup("ready-progress").kind(GROUP, KIND).build().await;
+    let watches = format!(
+        "{}  statusProgress: true\n  readyConditions: true\n",
+        support::playbook_watch(GROUP, KIND, "progress.yml")
+    );
+    let _operator = OperatorConfig::new(&watches, &ns.name).start();
+    let message = |kind: &'static str| {
+        let api = api.clone();
+        async move {
+            let object = api.get("slow").await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(
+                support::condition(&object, kind).map(|c| c["message"].clone()).unwrap_or_default(),
+            )
+        }
+    };
+    let wait_for_message = |expected: &'static str| async move {
+        support::wait_for(&format!("Running: {expected}"), WAIT, || async {
+            let running = message("Running").await?;
+            Ok((running == expected).then_some(()).ok_or(format!("Running says {running}")))
+        })
+        .await
+    };
+
+    support::create_cr(&api, GROUP, KIND, "slow", json!({"waitSeconds": 12})).await;
+    wait_for_message("Running reconciliation: task 2 (\"wait for the database\")").await;
+    assert_eq!(
+        message("Reconciling").await.unwrap(),
+        "Running reconciliation: task 2 (\"wait for the database\")"
+    );
+    support::wait_for_condition(&api, "slow", "Successful", "True", WAIT).await;
+    assert_eq!(message("Running").await.unwrap(), "Awaiting next reconciliation");
+
+    let patch = json!({"spec": {"waitSeconds": 11}});
+    api.patch("slow", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_for_message("Running reconciliation: task 2 of 2 (\"wait for the database\")").await;
+    support::wait_for_generation(&api, "slow", 2, WAIT).await;
 }

@@ -18,6 +18,8 @@ struct Entry {
     scheduled: Option<Scheduled>,
     /// Kept across runs (a run's start replaces it), unlike the two above, which a run takes.
     seen: Option<Seen>,
+    /// With `statusProgress`: the tasks the last run that ended started (kept across runs).
+    tasks: Option<usize>,
 }
 
 /// What a run saw of its CR, as hashes: enough to tell that the CR changed since.
@@ -53,7 +55,7 @@ impl Ledger {
         let mut entries = self.lock();
         let Some(entry) = entries.get_mut(cr) else { return (None, None) };
         let taken = (entry.dependent.take(), entry.scheduled.take());
-        if entry.seen.is_none() {
+        if entry.seen.is_none() && entry.tasks.is_none() {
             entries.remove(cr);
         }
         taken
@@ -71,6 +73,16 @@ impl Ledger {
     /// the operator started).
     pub fn saw(&self, cr: CrKey, seen: Seen) -> Option<Seen> {
         self.lock().entry(cr).or_default().seen.replace(seen)
+    }
+
+    /// The run of the CR that just ended started `tasks` tasks.
+    pub fn ran_tasks(&self, cr: CrKey, tasks: usize) {
+        self.lock().entry(cr).or_default().tasks = Some(tasks);
+    }
+
+    /// How many tasks the CR's last run that ended started.
+    pub fn tasks(&self, cr: &CrKey) -> Option<usize> {
+        self.lock().get(cr).and_then(|entry| entry.tasks)
     }
 
     /// Forgets a CR that is gone.

@@ -28,6 +28,8 @@ pub struct LiveRun {
     /// Why it runs (a [`Trigger`](super::Trigger), as its record will say).
     pub trigger: serde_json::Value,
     lines: Mutex<Vec<String>>,
+    /// The task it is at: how many tasks it has started, and the last one's name.
+    task: Mutex<Option<(usize, String)>>,
     /// Lines so far, and whether the run ended.
     progress: watch::Sender<(usize, bool)>,
 }
@@ -56,6 +58,7 @@ impl LiveRuns {
             started: Timestamp::now(),
             trigger,
             lines: Mutex::default(),
+            task: Mutex::default(),
             progress: watch::Sender::new((0, false)),
         });
         lock(&self.runs).insert(owner_uid.to_string(), run.clone());
@@ -74,6 +77,11 @@ impl LiveRuns {
 }
 
 impl Registration {
+    /// The run started its `number`th task, `name`.
+    pub fn task_started(&self, number: usize, name: &str) {
+        *lock(&self.run.task) = Some((number, name.to_string()));
+    }
+
     /// Adds output of the run (one or more lines).
     pub fn write(&self, text: &str) {
         let mut lines = lock(&self.run.lines);
@@ -105,6 +113,11 @@ impl Drop for Registration {
 }
 
 impl LiveRun {
+    /// The task the run is at: how many it has started, and the last one's name.
+    pub fn task(&self) -> Option<(usize, String)> {
+        lock(&self.task).clone()
+    }
+
     /// Follows the log from its first line.
     pub fn follow(self: &Arc<Self>) -> Follower {
         Follower { run: self.clone(), next: 0, progress: self.progress.subscribe() }
@@ -168,6 +181,17 @@ mod tests {
         drop(registration);
         assert_eq!(reader.await.unwrap(), ["ok: [localhost]"]);
         assert!(runs.of("uid-1").is_none(), "an ended run is no longer in flight");
+    }
+
+    #[test]
+    fn the_run_says_which_task_it_is_at() {
+        let runs = Arc::new(LiveRuns::default());
+        let registration = runs.start("uid", "run", serde_json::Value::Null);
+        let run = runs.of("uid").expect("in flight");
+        assert_eq!(run.task(), None, "no task yet");
+        registration.task_started(1, "a");
+        registration.task_started(2, "b");
+        assert_eq!(run.task(), Some((2, "b".to_string())));
     }
 
     #[test]

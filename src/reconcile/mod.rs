@@ -21,6 +21,7 @@ mod pause;
 mod paused_crs;
 mod plan;
 mod plan_run;
+mod progress;
 mod run;
 pub mod schedule;
 mod series;
@@ -277,7 +278,8 @@ async fn reconcile_inner(
     }
     let target = target(&current);
 
-    let verdict = match run::run(ctx, &current, finalizing, ident, key, journal, &permit).await {
+    let running = run::run(ctx, &current, finalizing, ident, key, journal, &permit);
+    let verdict = match progress::alongside(ctx, &api, &current, running).await {
         Ok(finished) => {
             let verdict = judge::main(&finished.report, finished.inventory_hosts.as_deref(), key);
             journal.report = Some(finished.report);

@@ -236,9 +236,19 @@ pub async fn run(
     let mut timed_out = false;
     let (_, _, status) = tokio::join!(
         read_lines(stdout, MAX_LINE, |line| {
+            let tasks_before = follower.outcome.tasks_started;
             let step = follower.handle(&line);
-            if let (Some(live), Some(text)) = (live, step.live) {
-                live.write(&text);
+            if let Some(live) = live {
+                if let Some(text) = step.live {
+                    live.write(&text);
+                }
+                let outcome = &follower.outcome;
+                if outcome.tasks_started != tasks_before {
+                    live.task_started(
+                        outcome.tasks_started,
+                        outcome.last_task_started.as_deref().unwrap_or_default(),
+                    );
+                }
             }
             if let Some(event) = step.event {
                 logger.log(&event);

@@ -64,6 +64,9 @@ pub enum Transition {
     Running,
     /// The CR is paused: nothing runs (ours; the other conditions stay as they are).
     Paused,
+    /// The run in flight is at a task (ours, with `statusProgress`): the `Running` condition's
+    /// message (and `Reconciling`'s) becomes this one while the run is in flight; nothing else moves.
+    Progress(String),
     /// The run succeeded with these counters.
     Succeeded(Stats),
     /// The run failed (with counters when Ansible got as far as its stats), or could not run at all.
@@ -101,10 +104,11 @@ pub fn next(current: &[Value], transition: &Transition, now: &str, generation: O
     let mut conditions = current.to_vec();
     let list = &mut conditions;
     let desired = |kind, status, reason, message, stats| Desired { kind, status, reason, message, stats };
-    if *transition != Transition::Paused {
+    if !matches!(transition, Transition::Paused | Transition::Progress(_)) {
         resume(list, now, generation);
     }
     match transition {
+        Transition::Progress(message) => set_progress(list, RUNNING, message),
         Transition::Paused => {
             let paused = desired(PAUSED, "True", reason::PAUSED, message::PAUSED, None);
             set_condition(list, &paused, now, generation);
@@ -175,10 +179,22 @@ pub fn kstatus(
             set(STALLED, "True", reason, message);
             set(RECONCILING, "False", reason, "");
         }
+        Transition::Progress(message) => set_progress(&mut list, RECONCILING, message),
         // Pausing changes nothing a run decides: the CR stays as ready as its last run left it.
         Transition::Paused => {}
     }
     list
+}
+
+/// Sets the message of condition `kind` while it says a run is in flight (`True`, reason
+/// `Running`); a run that has ended meanwhile keeps what its end wrote.
+fn set_progress(conditions: &mut [Value], kind: &str, message: &str) {
+    let running = conditions
+        .iter_mut()
+        .find(|c| c["type"] == kind && c["status"] == "True" && c["reason"] == reason::RUNNING);
+    if let Some(condition) = running {
+        condition["message"] = Value::from(message);
+    }
 }
 
 /// Whether `Ready` is `True` for `generation` (a resync of a converged CR).
@@ -347,6 +363,23 @@ mod tests {
         let done = next(&running, &Transition::Succeeded(stats()), T2, Some(2));
         assert_eq!(find(&done, PAUSED)["lastTransitionTime"], T1, "stays False, time kept");
         assert!(!types(&next(&[], &Transition::Running, T0, Some(1))).contains(&PAUSED));
+    }
+
+    #[test]
+    fn progress_moves_only_the_message_of_a_run_in_flight() {
+        let running =
+            kstatus(&next(&[], &Transition::Running, T0, Some(1)), &Transition::Running, T0, Some(1));
+        let progress = Transition::Progress("Running reconciliation: task 2 of 3 (\"wait\")".into());
+        let moved = kstatus(&next(&running, &progress, T1, Some(1)), &progress, T1, Some(1));
+        for kind in [RUNNING, RECONCILING] {
+            let mut expected = find(&running, kind).clone();
+            expected["message"] = json!("Running reconciliation: task 2 of 3 (\"wait\")");
+            assert_eq!(find(&moved, kind), &expected, "{kind}: only its message moves");
+        }
+        assert_eq!(find(&moved, READY), find(&running, READY));
+        let done = next(&running, &Transition::Succeeded(stats()), T2, Some(1));
+        assert_eq!(next(&done, &progress, T2, Some(1)), done, "a late progress write changes nothing");
+        assert_eq!(next(&[], &progress, T2, Some(1)), Vec::<Value>::new());
     }
 
     #[test]

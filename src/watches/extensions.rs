@@ -1,7 +1,7 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
 //! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`,
 //! `readyConditions`, `watchReadResources`, `validate`, `validateFailurePolicy`, `validateTimeout`,
-//! `permissions`, `watchFields`, `fieldSelector`): read,
+//! `permissions`, `watchFields`, `fieldSelector`, `statusProgress`): read,
 //! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 17] = [
+pub(super) const KEYS: [&str; 18] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -34,6 +34,7 @@ pub(super) const KEYS: [&str; 17] = [
     "permissions",
     "watchFields",
     "fieldSelector",
+    "statusProgress",
 ];
 
 /// `validateTimeout` when absent.
@@ -81,6 +82,7 @@ pub(super) fn read(
     let permissions = super::permissions::read(fields, at)?;
     let watch_fields = super::filters::watch_fields(fields, at)?;
     let field_selector = super::filters::field_selector(fields, at)?;
+    let status_progress = fields.boolean("statusProgress").map_err(|e| e.at(at))?.unwrap_or(false);
     Ok(Extensions {
         inventory,
         ssh_key_secret,
@@ -97,6 +99,7 @@ pub(super) fn read(
         permissions,
         watch_fields,
         field_selector,
+        status_progress,
     })
 }
 

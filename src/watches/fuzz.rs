@@ -213,7 +213,7 @@ fn wrong_value(field: &'static str) -> impl Strategy<Value = Value> {
     wrong.prop_filter("not the value the field takes", |value| !value.is_null())
 }
 
-const TYPED_FIELDS: [&str; 23] = [
+const TYPED_FIELDS: [&str; 24] = [
     "group",
     "version",
     "kind",
@@ -237,6 +237,7 @@ const TYPED_FIELDS: [&str; 23] = [
     "watchReadResources",
     "watchFields",
     "fieldSelector",
+    "statusProgress",
 ];
 
 #[test]

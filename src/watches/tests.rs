@@ -829,3 +829,15 @@ fn bad_watch_filters_name_the_field_and_value() {
         assert_eq!(watch.extensions.field_selector.as_deref(), Some(accepted));
     }
 }
+
+#[test]
+fn status_progress_is_off_by_default_and_must_be_a_boolean() {
+    let (_dir, env) = project();
+    assert!(!one(&memcached("  role: memcached\n"), &env).extensions.status_progress);
+    assert!(one(&memcached("  role: memcached\n  statusProgress: yes\n"), &env).extensions.status_progress);
+    let message = parse_err(&memcached("  role: memcached\n  statusProgress: often\n"), &env);
+    assert_eq!(
+        message,
+        "watches.yaml: entry 1 (cache.example.com/v1alpha1, Kind=Memcached): field \"statusProgress\": expected a boolean, found \"often\""
+    );
+}

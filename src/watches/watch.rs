@@ -79,6 +79,9 @@ pub struct Extensions {
     pub watch_fields: Option<WatchFields>,
     /// `fieldSelector`: only objects matching it are watched, beside the label `selector`.
     pub field_selector: Option<String>,
+    /// `statusProgress`: while a run is in flight, the `Running` condition's message names the
+    /// task it is at (with `manageStatus`). Off by default, as upstream's status has it.
+    pub status_progress: bool,
 }
 
 impl Extensions {
