@@ -449,6 +449,15 @@ pub struct RunArgs {
           value_parser = per_second)]
     pub max_resyncs_per_second: f64,
 
+    /// Share of the operator's cgroup memory limit that runs may fill: a reconcile's run waits while
+    /// the cgroup's working set plus one run's estimate would pass it (0: off; no limit: off).
+    #[arg(long, env = "ANSIBLE_OPERATOR_MEMORY_HIGH_WATER", default_value_t = 0.9, value_parser = share)]
+    pub memory_high_water: f64,
+
+    /// Memory one run is taken to need, in bytes or with Ki, Mi, Gi (0: measured from the runs).
+    #[arg(long, env = "ANSIBLE_OPERATOR_RUN_MEMORY_ESTIMATE", default_value = "0", value_parser = bytes)]
+    pub run_memory_estimate: u64,
+
     /// Run artifacts kept across all CRs, oldest removed first (0: only each CR's own
     /// `maxRunnerArtifacts` applies).
     #[arg(long, env = "ANSIBLE_OPERATOR_MAX_RUNNER_ARTIFACTS_TOTAL", default_value_t = 0)]
@@ -573,6 +582,35 @@ fn per_second(text: &str) -> Result<f64, String> {
     }
 }
 
+/// `--memory-high-water`: a share, from 0 to 1.
+fn share(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("must be a share of the memory limit from 0 to 1 (0: off), got {text}")),
+    }
+}
+
+/// `--run-memory-estimate`: bytes, or a number with `Ki`, `Mi` or `Gi`.
+fn bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => return Err(format!("must be bytes, or a number with Ki, Mi or Gi (e.g. 300Mi), got {text}")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|number| number.checked_mul(1 << shift))
+        .ok_or_else(|| format!("must be bytes, or a number with Ki, Mi or Gi (e.g. 300Mi), got {text}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -611,6 +649,25 @@ mod tests {
         assert_eq!((args.proxy_qps_per_run, args.proxy_burst_per_run), (0.0, 0), "no proxy limit per run");
         assert_eq!((args.proxy_qps, args.proxy_burst), (0.0, 0), "no proxy limit");
         assert_eq!(args.proxy_max_wait, Duration::from_secs(10));
+        assert_eq!(
+            (args.memory_high_water, args.run_memory_estimate),
+            (0.9, 0),
+            "guard on, estimate measured"
+        );
+    }
+
+    #[test]
+    fn memory_flags_take_a_share_and_a_size() {
+        let args = run(&["--memory-high-water=0.5", "--run-memory-estimate=300Mi"]);
+        assert_eq!((args.memory_high_water, args.run_memory_estimate), (0.5, 300 << 20));
+        assert_eq!(bytes("2Gi"), Ok(2 << 30));
+        assert_eq!(bytes("4096"), Ok(4096));
+        for bad in ["1.5", "-1", "nan"] {
+            assert!(share(bad).is_err(), "{bad}");
+        }
+        for bad in ["300MB", "Mi", "", "1.5Gi", "99999999999Gi"] {
+            assert!(bytes(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

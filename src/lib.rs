@@ -8,6 +8,7 @@ pub mod admission;
 pub mod api;
 pub mod app;
 pub mod cached;
+pub mod cgroup;
 pub mod cli;
 pub mod controller;
 pub mod decoded;

@@ -152,3 +152,56 @@ async fn a_deleted_crs_runner_directory_is_removed() {
     })
     .await;
 }
+
+/// The memory guard (`--memory-high-water`) in a cgroup with a memory limit: while a run holds
+/// memory, the next run would take the operator past the mark, so it waits (no status yet, one log
+/// line); once the first ends, it runs.
+#[tokio::test]
+async fn a_run_waits_for_memory_while_another_holds_it_then_runs() {
+    const KIND: &str = "Hoarder";
+    const MIB: u64 = 1 << 20;
+    let Test { client: _, ns, api } = Test::setup("ops-memory").kind(GROUP, KIND).build().await;
+    let cgroup = support::cgroup::TestCgroup::create(&ns.name, 4096 * MIB);
+    let operator = OperatorConfig::new(&support::playbook_watch(GROUP, KIND, "hold_memory.yml"), &ns.name)
+        .arg("--memory-high-water=0.5")
+        .arg("--run-memory-estimate=150Mi")
+        .arg("--max-concurrent-reconciles=4")
+        .in_cgroup(cgroup.dir())
+        .start();
+    let hold = |mib: u64, seconds: u64| json!({"holdMib": mib, "holdSeconds": seconds});
+    support::create_cr(&api, GROUP, KIND, "warmup", hold(0, 0)).await;
+    support::wait_for_condition(&api, "warmup", "Successful", "True", WAIT).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The mark 250 MiB above the idle operator: the estimate fits, the estimate beside a run
+    // holding 250 MiB does not.
+    let idle = cgroup.working_set();
+    cgroup.set_limit(2 * (idle + 250 * MIB));
+
+    support::create_cr(&api, GROUP, KIND, "hog", hold(250, 15)).await;
+    support::wait_for("the hog's memory in the cgroup", WAIT, || async {
+        let grown = cgroup.working_set().saturating_sub(idle) / MIB;
+        Ok((grown >= 200).then_some(()).ok_or(format!("{grown} MiB above idle")))
+    })
+    .await;
+    support::create_cr(&api, GROUP, KIND, "after", hold(0, 0)).await;
+    support::wait_for("the guard to hold the run", WAIT, || async {
+        let held = operator.log().contains("a run waits for memory");
+        Ok(held.then_some(()).ok_or_else(|| "not held yet".to_string()))
+    })
+    .await;
+    let hog = api.get("hog").await.unwrap();
+    assert_eq!(support::condition(&hog, "Running").map(|c| c["reason"].clone()), Some(json!("Running")));
+    let after = api.get("after").await.unwrap();
+    assert_eq!(after.data["status"], serde_json::Value::Null, "held before it was admitted");
+
+    let after = support::wait_for_condition(&api, "after", "Successful", "True", WAIT).await;
+    let hog = api.get("hog").await.unwrap();
+    let hog_done = support::condition(&hog, "Running").unwrap()["ansibleResult"]["completion"].clone();
+    let after_started = support::condition(&after, "Running").unwrap()["lastTransitionTime"].clone();
+    assert!(!hog_done.is_null(), "the hog's run ended first: {}", hog.data["status"]);
+    assert!(
+        hog_done.as_str() <= after_started.as_str(),
+        "after started at {after_started}, before the hog ended at {hog_done}"
+    );
+    drop(operator);
+}

@@ -445,6 +445,7 @@ fn settings(args: &RunArgs, env: &Environment, shared: Shared, rights: Kinds) ->
         startup_resync: args.startup_resync,
         resync_jitter: args.resync_jitter,
         resync_pacer: Arc::new(Pacer::new(args.max_resyncs_per_second)),
+        memory_guard: memory_guard(args),
         history: shared.history,
         events: Some(shared.events),
         run_events: args.run_events,
@@ -473,6 +474,26 @@ pub(super) fn inventory(env: &Environment) -> Inventory {
 /// `ANSIBLE_GATHERING=explicit`: role runs skip facts.
 pub(super) fn role_skip_facts(env: &Environment) -> bool {
     env.var("ANSIBLE_GATHERING") == Some("explicit")
+}
+
+/// The memory guard of `--memory-high-water`, when the operator's cgroup has a memory limit.
+fn memory_guard(args: &RunArgs) -> Option<Arc<crate::reconcile::memory::MemoryGuard>> {
+    use crate::reconcile::memory::MemoryGuard;
+    let Some(cgroup) = crate::cgroup::MemoryCgroup::of_self().filter(|cgroup| cgroup.limit().is_some())
+    else {
+        tracing::info!(target: TARGET, "no memory limit on the operator's cgroup: runs are not held for memory");
+        return None;
+    };
+    let estimate = Some(args.run_memory_estimate).filter(|bytes| *bytes > 0);
+    let guard = MemoryGuard::start(cgroup.clone(), args.memory_high_water, estimate)?;
+    tracing::info!(
+        target: TARGET,
+        limit_mib = cgroup.limit().unwrap_or_default() >> 20,
+        high_water = args.memory_high_water,
+        run_estimate_mib = estimate.map(|bytes| bytes >> 20),
+        "runs wait while the operator's cgroup is near its memory limit"
+    );
+    Some(guard)
 }
 
 /// The operator's own client, whose writes carry the user agent (and so the field manager)

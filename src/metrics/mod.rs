@@ -33,7 +33,7 @@ use self::reconcile::{
     ACTIVE_WORKERS, MAX_CONCURRENT, PAUSED_CRS, RECONCILE_ERRORS_TOTAL, RECONCILE_RESULT, RECONCILE_TIME,
     RECONCILE_TOTAL, RECONCILES, ReconcileMetrics,
 };
-use self::runs::{RESYNCS_WAITING, RUNS_IN_FLIGHT, RUNS_WAITING, RunMetrics};
+use self::runs::{RESYNCS_WAITING, RUNS_IN_FLIGHT, RUNS_WAITING, RUNS_WAITING_FOR_MEMORY, RunMetrics};
 use self::shards::{SHARD_CRS, SHARD_INFO, ShardMetrics, UNDECODABLE_CRS};
 use crate::executor_mode::Executor;
 
@@ -59,6 +59,7 @@ pub(crate) const OPERATOR_METRIC_NAMES: &[&str] = &[
     RUNS_IN_FLIGHT,
     RUNS_WAITING,
     RESYNCS_WAITING,
+    RUNS_WAITING_FOR_MEMORY,
     EXECUTOR_RUNS,
     EXECUTOR_FALLBACKS,
     EXECUTOR_WORKER_RESTARTS,
@@ -162,6 +163,11 @@ impl Metrics {
     /// Counts one resync held by `--max-resyncs-per-second` until the guard is dropped.
     pub fn resync_waiting(&self) -> WaitGuard {
         self.runs.resync_waiting()
+    }
+
+    /// Counts one reconcile held by the memory guard until the guard is dropped.
+    pub fn memory_waiting(&self) -> WaitGuard {
+        self.runs.memory_waiting()
     }
 
     /// Counts a playbook run by the executor that ran it.

@@ -7,6 +7,7 @@ use prometheus_client::registry::Registry;
 pub(super) const RUNS_IN_FLIGHT: &str = "ansible_operator_runs_in_flight";
 pub(super) const RUNS_WAITING: &str = "ansible_operator_runs_waiting";
 pub(super) const RESYNCS_WAITING: &str = "ansible_operator_resyncs_waiting";
+pub(super) const RUNS_WAITING_FOR_MEMORY: &str = "ansible_operator_runs_waiting_for_memory";
 
 /// The run budget's gauges, registered once.
 #[derive(Debug, Clone)]
@@ -14,6 +15,7 @@ pub struct RunMetrics {
     in_flight: Gauge,
     waiting: Gauge,
     resyncs_waiting: Gauge,
+    memory_waiting: Gauge,
 }
 
 impl RunMetrics {
@@ -23,6 +25,7 @@ impl RunMetrics {
             in_flight: Gauge::default(),
             waiting: Gauge::default(),
             resyncs_waiting: Gauge::default(),
+            memory_waiting: Gauge::default(),
         };
         registry.register(
             RUNS_IN_FLIGHT,
@@ -38,6 +41,12 @@ impl RunMetrics {
             RESYNCS_WAITING,
             "Number of resyncs held by the resync rate limit (--max-resyncs-per-second)",
             runs.resyncs_waiting.clone(),
+        );
+        registry.register(
+            RUNS_WAITING_FOR_MEMORY,
+            "Number of reconciles held by the memory guard: their run would take the operator's cgroup \
+             past --memory-high-water",
+            runs.memory_waiting.clone(),
         );
         runs
     }
@@ -55,6 +64,11 @@ impl RunMetrics {
     /// Counts one resync held by the resync rate limit until the guard is dropped.
     pub fn resync_waiting(&self) -> WaitGuard {
         GaugeGuard::new(self.resyncs_waiting.clone())
+    }
+
+    /// Counts one reconcile held by the memory guard until the guard is dropped.
+    pub fn memory_waiting(&self) -> WaitGuard {
+        GaugeGuard::new(self.memory_waiting.clone())
     }
 }
 
@@ -121,5 +135,9 @@ mod tests {
         assert_eq!(value(&metrics.encode(), RESYNCS_WAITING, &[]), Some(1.0));
         drop(held);
         assert_eq!(value(&metrics.encode(), RESYNCS_WAITING, &[]), Some(0.0));
+        let held = metrics.memory_waiting();
+        assert_eq!(value(&metrics.encode(), RUNS_WAITING_FOR_MEMORY, &[]), Some(1.0));
+        drop(held);
+        assert_eq!(value(&metrics.encode(), RUNS_WAITING_FOR_MEMORY, &[]), Some(0.0));
     }
 }

@@ -51,6 +51,9 @@ pub struct Settings {
     pub resync_jitter: Jitter,
     /// `--max-resyncs-per-second`: the bucket resyncs of converged CRs pass before the run budget.
     pub resync_pacer: Arc<Pacer>,
+    /// `--memory-high-water`: runs wait while the operator's cgroup is near its limit; `None` without
+    /// a memory limit or with the flag at 0.
+    pub memory_guard: Option<Arc<super::memory::MemoryGuard>>,
     /// Where run records go (none are stored with `--run-history-limit=0`).
     pub history: Arc<crate::history::History>,
     /// Events on the CRs about their runs.

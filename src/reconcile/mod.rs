@@ -16,6 +16,7 @@ pub mod decide;
 pub mod inputs;
 mod journal;
 mod judge;
+pub mod memory;
 mod pace;
 mod pause;
 mod paused_crs;
@@ -236,7 +237,7 @@ async fn reconcile_inner(
     let name = object.name_any();
     // Wait for the run budget before reading the CR: everything below (the spec the run gets, the
     // generation its status names) comes from one read made after the wait.
-    let permit = wait_for_budget(ctx, admitted).await;
+    let (permit, _memory) = wait_for_budget(ctx, admitted).await;
     let Some(mut current) = cr::get(&api, &name, key).await? else {
         return Ok(Next::AwaitChange);
     };
@@ -291,12 +292,20 @@ async fn reconcile_inner(
 }
 
 /// Passes the resync bucket (`--max-resyncs-per-second`) when `paced` (see [`is_resync`]), then
-/// waits for a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile.
-async fn wait_for_budget(ctx: &Context, admitted: Admitted) -> Permit {
+/// waits for a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile, then
+/// for room under the memory guard's mark (`--memory-high-water`).
+async fn wait_for_budget(ctx: &Context, admitted: Admitted) -> (Permit, Option<memory::Admitted>) {
     let periodic = if admitted.paced { Priority::Resync } else { Priority::Urgent };
     ctx.settings.resync_pacer.pass(periodic, || ctx.metrics.resync_waiting()).await;
-    let _waiting = ctx.metrics.waiting();
-    ctx.settings.door.lanes().reconcile_permit(admitted.priority).await
+    let permit = {
+        let _waiting = ctx.metrics.waiting();
+        ctx.settings.door.lanes().reconcile_permit(admitted.priority).await
+    };
+    let memory = match &ctx.settings.memory_guard {
+        Some(guard) => Some(guard.room(|| ctx.metrics.memory_waiting()).await),
+        None => None,
+    };
+    (permit, memory)
 }
 
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.

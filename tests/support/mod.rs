@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod cgroup;
 pub mod configmaps;
 pub mod etcd;
 pub mod hosts;

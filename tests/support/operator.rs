@@ -31,12 +31,22 @@ pub struct OperatorConfig<'a> {
     pub project: Option<PathBuf>,
     /// Start without locale variables (LANG, LANGUAGE, LC_*).
     pub c_locale: bool,
+    /// Start in this cgroup (its directory).
+    pub cgroup: Option<PathBuf>,
 }
 
 impl<'a> OperatorConfig<'a> {
     /// An operator on `watches` watching `namespace`.
     pub fn new(watches: &'a str, namespace: &'a str) -> Self {
-        Self { watches, namespace, args: Vec::new(), env: Vec::new(), project: None, c_locale: false }
+        Self {
+            watches,
+            namespace,
+            args: Vec::new(),
+            env: Vec::new(),
+            project: None,
+            c_locale: false,
+            cgroup: None,
+        }
     }
 
     /// An operator on an existing project directory (its `watches.yaml`, roles and playbooks).
@@ -63,6 +73,13 @@ impl<'a> OperatorConfig<'a> {
         self
     }
 
+    /// Starts it in the cgroup `dir` (see `support::cgroup`): its processes and their memory are
+    /// that cgroup's from the start.
+    pub fn in_cgroup(mut self, dir: &Path) -> Self {
+        self.cgroup = Some(dir.to_path_buf());
+        self
+    }
+
     /// Starts the operator.
     pub fn start(self) -> Operator {
         let dir = scratch_dir(self.namespace);
@@ -83,13 +100,17 @@ impl<'a> OperatorConfig<'a> {
                 }
             }
         }
-        let child = command
+        command
             .args(["run", "--watches-file=watches.yaml", "--zap-devel"])
             .arg(format!("--runner-dir={}", dir.join("runner").display()))
             .args(default_ports(&self.args))
             .args(&self.args)
             .env("WATCH_NAMESPACE", self.namespace)
-            .envs(self.env)
+            .envs(self.env);
+        if let Some(cgroup) = &self.cgroup {
+            command = joining_cgroup(&command, cgroup);
+        }
+        let child = command
             .stdout(log.try_clone().expect("clone log handle"))
             .stderr(log)
             .spawn()
@@ -186,6 +207,27 @@ fn default_ports(args: &[String]) -> Vec<String> {
         .filter(|(flag, _)| !args.iter().any(|a| a.starts_with(flag)))
         .map(|(flag, value)| format!("{flag}={value}"))
         .collect()
+}
+
+/// `command` run by a shell that first moves itself into `cgroup`, then execs it.
+fn joining_cgroup(command: &Command, cgroup: &Path) -> Command {
+    let mut shell = Command::new("sh");
+    shell
+        .args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
+        .arg(cgroup)
+        .arg(command.get_program())
+        .args(command.get_args())
+        .stdin(Stdio::null());
+    if let Some(dir) = command.get_current_dir() {
+        shell.current_dir(dir);
+    }
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => shell.env(name, value),
+            None => shell.env_remove(name),
+        };
+    }
+    shell
 }
 
 /// The operator binary with the test cluster and the project's venv in its environment.
