@@ -73,6 +73,12 @@ pub struct Standing {
 }
 
 impl Standing {
+    /// Converged, last confirmed `at`: what a kind without status conditions keeps of an object's
+    /// last successful run (see `history::confirmations`).
+    pub fn confirmed_at(at: Timestamp) -> Self {
+        Standing { successful: true, confirmed: Some(at), paused: false }
+    }
+
     /// Reads the standing of `object` from its conditions.
     pub fn of(object: &DynamicObject) -> Self {
         let conditions = status::conditions_of(object);

@@ -19,9 +19,11 @@ use tokio_util::sync::CancellationToken;
 use crate::cached::{Cached, Kind};
 use crate::decoded::{self, Decoded, Undecodable};
 use crate::health::SyncToken;
+use crate::history::confirmations::Confirmations;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
+use crate::reconcile::schedule::StartupResync;
 use crate::reconcile::{self, Context, Settings};
 use crate::watch_errors::WatchErrors;
 use crate::watches::{Gvk, Watch, WatchFields};
@@ -80,6 +82,10 @@ impl WatchController {
         let selector = Selector::try_from(watch.selector.clone())
             .map_err(|source| Error::Selector { gvk: gvk.clone(), source })?;
         let slots = reconcile::Slots::new(watch.max_concurrent_reconciles);
+        let confirmations = match !watch.manage_status && settings.startup_resync == StartupResync::Due {
+            true => Some(Confirmations::load(client.clone(), settings.history.home(), &gvk).await),
+            false => None,
+        };
         let ctx = Context {
             client,
             watch,
@@ -90,6 +96,7 @@ impl WatchController {
             backoff: Default::default(),
             slots,
             seen: Default::default(),
+            confirmations,
             paused: Default::default(),
             proxy,
             gvk_label: metrics::gvk_label(&gvk.group, &gvk.version, &gvk.kind),
@@ -166,6 +173,7 @@ impl WatchController {
         let reader = writer.as_reader();
         let annotations_trigger = ctx.watch.watch_annotations_changes;
         let watch_fields = ctx.watch.extensions.watch_fields.clone();
+        let confirmations = ctx.confirmations.clone();
         let cached = sharding.as_ref().map(|membership| {
             crate::metrics::CachedCrs::new(ctx.metrics.clone(), &ctx.gvk_label, &membership.shard)
         });
@@ -192,7 +200,12 @@ impl WatchController {
                     std::future::ready(decoded::decode_item(item, &mut reported, report))
                 }
             })
-            .map_ok(move |event| triggers.mark(cache(event, annotations_trigger, watch_fields.as_ref())))
+            .map_ok(move |event| {
+                let slim = |object| {
+                    slim(object, annotations_trigger, watch_fields.as_ref(), confirmations.as_deref())
+                };
+                triggers.mark(cache(event, slim))
+            })
             .reflect(writer)
             .inspect_ok({
                 let ctx = ctx.clone();
@@ -300,13 +313,11 @@ pub(crate) fn primary_watch(selector: &Selector, field_selector: Option<&str>) -
     }
 }
 
-/// The watch's event with its CR as the cache keeps it (see [`Cached`]).
+/// The watch's event with its CR as the cache keeps it (`slim`, see [`Cached`]).
 fn cache(
     event: watcher::Event<DynamicObject>,
-    annotations: bool,
-    watch_fields: Option<&WatchFields>,
+    slim: impl Fn(DynamicObject) -> Cached,
 ) -> watcher::Event<Cached> {
-    let slim = |object| slim(object, annotations, watch_fields);
     match event {
         watcher::Event::Apply(object) => watcher::Event::Apply(slim(object)),
         watcher::Event::Delete(object) => watcher::Event::Delete(slim(object)),
@@ -318,13 +329,21 @@ fn cache(
 
 /// The CR as the cache keeps it, without kubectl's copy of the last applied object (as large as
 /// the spec) unless annotation changes trigger (`annotations`): a label-only `kubectl apply`
-/// changes it. With `watchFields`, it keeps the digest of their values ([`Cached::watched`]).
-fn slim(mut object: DynamicObject, annotations: bool, watch_fields: Option<&WatchFields>) -> Cached {
+/// changes it. With `watchFields`, it keeps the digest of their values ([`Cached::watched`]). A kind
+/// with `confirmations` takes its standing from them (its objects have no conditions of ours).
+fn slim(
+    mut object: DynamicObject,
+    annotations: bool,
+    watch_fields: Option<&WatchFields>,
+    confirmations: Option<&Confirmations>,
+) -> Cached {
     let watched = watch_fields.map(|fields| fields.digest(serde_json::to_value(&object).unwrap_or_default()));
+    let confirmed = confirmations.and_then(|confirmations| confirmations.standing(&object.metadata));
     if !annotations {
         object.annotations_mut().remove(LAST_APPLIED);
     }
-    Cached { watched, ..Cached::from(object) }
+    let cached = Cached::from(object);
+    Cached { watched, standing: confirmed.unwrap_or(cached.standing), ..cached }
 }
 
 /// kubectl's copy of the object it last applied: as large as the spec.
@@ -421,8 +440,8 @@ mod tests {
             "status": {"conditions": [{"type": "Successful", "status": "True"}], "big": "x"}
         }))
         .unwrap();
-        assert!(slim(object.clone(), true, None).annotations().contains_key(LAST_APPLIED));
-        let cached = slim(object, false, None);
+        assert!(slim(object.clone(), true, None, None).annotations().contains_key(LAST_APPLIED));
+        let cached = slim(object, false, None, None);
         assert_eq!(cached.annotations(), &[("a".to_string(), "1".to_string())].into());
         assert_eq!(cached.metadata.managed_fields, None);
         assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
@@ -469,7 +488,7 @@ mod tests {
                 "spec": {"taints": [{"key": taint}]}, "status": {"heartbeat": heartbeat}
             }))
             .unwrap();
-            slim(object, false, Some(&fields))
+            slim(object, false, Some(&fields), None)
         };
         let mut seen = |cached: Cached| {
             let event = triggers.mark(watcher::Event::Apply(cached));

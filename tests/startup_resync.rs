@@ -1,6 +1,7 @@
 //! What a restart runs: with `--startup-resync=due` only the CRs that are not converged (changed,
 //! failed, never confirmed while no operator ran), not the converged ones, which come due at their
-//! period; with the default (`all`) every CR, as upstream.
+//! period; with the default (`all`) every CR, as upstream. Kinds without our status
+//! (`manageStatus: false`) are told converged by the confirmations kept in a ConfigMap.
 
 use crate::support;
 
@@ -8,9 +9,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::operator::{Operator, OperatorConfig};
+use support::operator::{Operator, OperatorConfig, scratch_dir};
 use support::setup::Test;
 
 const GROUP: &str = "resync.test.example.com";
@@ -128,4 +130,68 @@ async fn a_restart_with_due_runs_only_the_unconverged_crs_and_the_default_runs_e
 
     let _all = OperatorConfig::new(&watches(), &ns.name).start();
     wait_for_new_runs(&api, &names, &after).await;
+}
+
+/// A kind without our status (ConfigMaps here; Namespaces and Secrets in Kiali, kiali#6081): with
+/// `due`, a restart runs none of the 200 objects their last runs confirmed, only the one that changed
+/// while no operator ran.
+#[tokio::test]
+async fn a_restart_with_due_runs_only_the_changed_objects_of_a_kind_without_status() {
+    const OBJECTS: usize = 200;
+    let client = support::client().await;
+    let ns = support::TestNamespace::new(&client, "resync-statusless").await;
+    let runs_dir = scratch_dir(&format!("{}-runs", ns.name));
+    let watches = format!(
+        "- version: v1\n  group: \"\"\n  kind: ConfigMap\n  playbook: {{fixtures}}/playbooks/count_runs.yml\n  \
+         manageStatus: false\n  watchDependentResources: false\n  reconcilePeriod: 1h\n  \
+         selector:\n    matchLabels:\n      primary: \"yes\"\n  vars:\n    runs_dir: {}\n",
+        runs_dir.display()
+    );
+    let runs = |name: &str| {
+        std::fs::read_to_string(runs_dir.join(format!("{name}.runs"))).map(|t| t.lines().count()).unwrap_or(0)
+    };
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let names: Vec<String> = (0..OBJECTS).map(|i| format!("object-{i:03}")).collect();
+    for chunk in names.chunks(20) {
+        join_all(chunk.iter().map(|name| {
+            let configmap = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"primary": "yes"}}, "data": {"setting": "1"}
+            }))
+            .unwrap();
+            let configmaps = configmaps.clone();
+            async move { configmaps.create(&PostParams::default(), &configmap).await.unwrap() }
+        }))
+        .await;
+    }
+    let start = || OperatorConfig::new(&watches, &ns.name).arg("--startup-resync=due").start();
+    let first = start();
+    support::wait_for("every object's first run", WAIT, || async {
+        let ran = names.iter().filter(|name| runs(name) >= 1).count();
+        Ok((ran == OBJECTS).then_some(()).ok_or(format!("{ran} ran")))
+    })
+    .await;
+    let confirmed = "ansible-operator-confirmed.configmap.v1";
+    support::wait_for("the confirmations written", WAIT, || async {
+        let entries = configmaps.get_opt(confirmed).await.map_err(|e| e.to_string())?.and_then(|c| c.data);
+        let count = entries.map_or(0, |data| data.len());
+        Ok((count == OBJECTS).then_some(()).ok_or(format!("{count} entries")))
+    })
+    .await;
+    stop(first);
+
+    let changed = &names[7];
+    configmaps
+        .patch(changed, &PatchParams::default(), &Patch::Merge(&json!({"data": {"setting": "2"}})))
+        .await
+        .unwrap();
+    let _second = start();
+    support::wait_for("the changed object's run", WAIT, || async {
+        let count = runs(changed);
+        Ok((count == 2).then_some(()).ok_or(format!("{count} runs")))
+    })
+    .await;
+    tokio::time::sleep(QUIET).await;
+    let ran_again: Vec<&String> = names.iter().filter(|name| runs(name) != 1 && *name != changed).collect();
+    assert!(ran_again.is_empty(), "converged objects ran at the restart: {ran_again:?}");
+    assert_eq!(runs(changed), 2);
 }

@@ -6,6 +6,7 @@
 //! in the operator's own namespace (see [`home`]).
 
 pub mod availability;
+pub mod confirmations;
 pub mod events;
 pub mod home;
 pub mod ledger;
@@ -110,6 +111,11 @@ impl History {
             state: Mutex::new(State { store, memory: Memory::default() }),
             told_old_crd: Default::default(),
         }
+    }
+
+    /// The operator's own namespace, where the records of cluster-scoped CRs go.
+    pub fn home(&self) -> &str {
+        &self.home
     }
 
     /// While records are kept in memory, looks again every [`availability::RECHECK`] and moves to

@@ -225,7 +225,10 @@ pub fn render(watches: &[Watch], kinds: &Kinds, settings: &Settings) -> Rendered
     let (roles, bindings) = documents(&manager, settings);
     files.push(File { name: "role.yaml".into(), documents: roles });
     files.push(File { name: "role_binding.yaml".into(), documents: bindings });
-    let (role, binding) = leader_election(settings, &operator);
+    // Kinds whose status is not the operator's keep their objects' last successful runs in
+    // ConfigMaps of the operator's namespace (`--startup-resync=due`).
+    let confirmations = kinds.iter().any(|kind| !kind.watch.manage_status);
+    let (role, binding) = leader_election(settings, &operator, confirmations);
     files.push(File { name: "leader_election_role.yaml".into(), documents: vec![role] });
     files.push(File { name: "leader_election_role_binding.yaml".into(), documents: vec![binding] });
     // With kind identities every kind's runs act as its account (the proxy impersonates it for
@@ -567,21 +570,31 @@ fn service_accounts(kinds: &[Kind], settings: &Settings) -> File {
     File { name: "service_account.yaml".into(), documents }
 }
 
-/// The leader-election Role (the Lease and its Event) in the operator's namespace, and its binding.
-fn leader_election(settings: &Settings, operator: &Subject) -> (Document, Document) {
+/// The leader-election Role (the Lease and its Event) in the operator's namespace, and its binding;
+/// with `confirmations`, the ConfigMaps of kinds without the operator's status too.
+fn leader_election(settings: &Settings, operator: &Subject, confirmations: bool) -> (Document, Document) {
     let name = format!("{}-leader-election", settings.service_account);
     let namespace = Some(settings.operator_namespace.as_str());
-    let role = Role {
-        metadata: meta(&name, namespace, false),
-        rules: Some(vec![
-            policy(
-                &["coordination.k8s.io"],
-                &["leases"],
-                &["get", "list", "watch", "create", "update", "patch", "delete"],
-            ),
-            policy(&[""], &["events"], &["create", "patch"]),
-        ]),
-    };
+    let mut rules = vec![
+        policy(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "list", "watch", "create", "update", "patch", "delete"],
+        ),
+        policy(&[""], &["events"], &["create", "patch"]),
+    ];
+    let mut reasons = vec![
+        "read the Lease, create it on first start, renew it, remove a stale one; the shard Leases"
+            .to_string(),
+        "the LeaderElection Event on the Lease".to_string(),
+    ];
+    if confirmations {
+        rules.push(policy(&[""], &["configmaps"], &["get", "create", "patch"]));
+        reasons.push(
+            "the last successful run of each object of a kind with manageStatus: false (--startup-resync=due)".to_string(),
+        );
+    }
+    let role = Role { metadata: meta(&name, namespace, false), rules: Some(rules) };
     let binding = RoleBinding {
         metadata: meta(&name, namespace, false),
         role_ref: role_ref("Role", &name),
@@ -591,10 +604,7 @@ fn leader_election(settings: &Settings, operator: &Subject) -> (Document, Docume
         Document {
             comment: vec!["Leader election and sharding (--leader-elect, --sharding): the Leases live in the operator's namespace.".into()],
             object: to_value(&role),
-            reasons: vec![
-                "read the Lease, create it on first start, renew it, remove a stale one; the shard Leases".into(),
-                "the LeaderElection Event on the Lease".into(),
-            ],
+            reasons,
         },
         Document { comment: vec![format!("Grants {name} to the operator.")], object: to_value(&binding), reasons: Vec::new() },
     )
@@ -908,5 +918,22 @@ mod tests {
             &settings,
         );
         assert!(format!("{kept:?}").contains("ansibleruns/status"));
+    }
+
+    #[test]
+    fn a_kind_without_our_status_lets_the_operator_keep_its_confirmations_in_its_namespace() {
+        let leader_role = |text: &str| {
+            let rendered = render(&watches(text), &Kinds::default(), &settings(&[], false));
+            let file =
+                rendered.files.iter().find(|f| f.name == "leader_election_role.yaml").expect("the role");
+            file.documents[0].object.clone()
+        };
+        let configmaps =
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]});
+        let role = leader_role(&APP.replace("permissions:", "manageStatus: false, permissions:"));
+        assert_eq!(role["metadata"]["namespace"], "op");
+        assert!(role["rules"].as_array().unwrap().contains(&configmaps), "{role}");
+        let role = leader_role(APP);
+        assert!(!role["rules"].as_array().unwrap().contains(&configmaps), "{role}");
     }
 }

@@ -48,6 +48,9 @@ pub async fn conclude(
     let Some((next, after_run)) = after(ctx, target, finalizing, period, &ran).await? else {
         return Ok(Next::AwaitChange);
     };
+    if let (true, false, Some(confirmations)) = (ran.succeeded, finalizing, &ctx.confirmations) {
+        confirmations.confirmed(&after_run.metadata, jiff::Timestamp::now());
+    }
     let result = if ran.succeeded { Ok(next) } else { Err(Error::TaskFailed { key: target.key.into() }) };
     let write = ctx.watch.manage_status.then_some((ran.transition, ran.hosts));
     finish(ctx, target, write, result, Some(after_run)).await

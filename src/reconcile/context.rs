@@ -101,6 +101,9 @@ pub struct Context {
     pub slots: Arc<Slots>,
     /// The CRs looked at since the operator started (their first look is the start-up run).
     pub seen: Seen,
+    /// With `manageStatus: false` and `--startup-resync=due`: each object's last successful run,
+    /// kept in the cluster so that a restart can tell the converged ones.
+    pub confirmations: Option<Arc<crate::history::confirmations::Confirmations>>,
     /// The watch's paused CRs.
     pub paused: super::paused_crs::PausedCrs,
     /// The API proxy playbooks reach the cluster through.

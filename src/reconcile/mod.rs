@@ -210,6 +210,9 @@ pub fn forget<K: Resource>(ctx: &Context, object: &K) {
     let key = key_of(object);
     ctx.slots.forget(&key);
     ctx.seen.forget(&key);
+    if let Some(confirmations) = &ctx.confirmations {
+        confirmations.forget(object.meta());
+    }
     pause::note(ctx, &key, false);
     ctx.metrics.forget_cr(&cr_ref(ctx, object));
     ctx.settings.ledger.forget(&journal::cr_key(ctx, object));

@@ -112,12 +112,27 @@ mod tests {
         assert!(!alive("garbage"));
     }
 
+    /// Waits until the child `pid` has exec'd with `marker` in its environment (before, /proc shows
+    /// the test's own environment).
+    fn exec_done(pid: u32, marker: &str) {
+        for _ in 0..200 {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if marked(&environ, marker).is_some() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("process {pid} never showed {marker} in its environment");
+    }
+
     #[test]
     fn only_processes_of_a_gone_instance_are_ended() {
         let mut orphan =
             std::process::Command::new("sleep").arg("600").env(MARKER, "4194304.1").spawn().unwrap();
         let mut ours =
             std::process::Command::new("sleep").arg("600").env(MARKER, instance()).spawn().unwrap();
+        exec_done(orphan.id(), MARKER);
+        exec_done(ours.id(), MARKER);
         let ended = end_orphans();
         assert!(ended.contains(&orphan.id()), "the gone instance's process is ended: {ended:?}");
         assert!(!ended.contains(&ours.id()), "a live instance's process is left alone");
@@ -133,6 +148,8 @@ mod tests {
         let mut left = std::process::Command::new("sleep").arg("600").env(RUN_MARKER, "41").spawn().unwrap();
         let mut other =
             std::process::Command::new("sleep").arg("600").env(RUN_MARKER, "411").spawn().unwrap();
+        exec_done(left.id(), RUN_MARKER);
+        exec_done(other.id(), RUN_MARKER);
         assert_eq!(end_run("41"), [left.id()]);
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&left.wait().unwrap()), Some(9));
         assert!(other.try_wait().unwrap().is_none(), "another run's process is left alone");
