@@ -16,10 +16,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::cached::{Cached, Kind};
+use crate::cached::{Cached, Kind, Standing};
 use crate::decoded::{self, Decoded, Undecodable};
 use crate::health::SyncToken;
 use crate::history::confirmations::Confirmations;
+use crate::kubeapi;
 use crate::metrics::{self, Metrics};
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
@@ -167,7 +168,7 @@ impl WatchController {
             // Only this shard's CRs: the cache holds this replica's share and no more.
             selector.extend([membership.selector()]);
         }
-        let config = primary_watch(&selector, ctx.watch.extensions.field_selector.as_deref());
+        let config = kubeapi::primary_watch(&selector, ctx.watch.extensions.field_selector.as_deref());
         let kind: Kind = ctx.kind.clone();
         let writer = Writer::new(kind.clone());
         let reader = writer.as_reader();
@@ -303,16 +304,6 @@ fn remove_runner_dir(ctx: &Context, object: &Cached) {
     }
 }
 
-/// The watch of a kind's objects: the watch's label selector (with sharding, this shard's too) and
-/// its `fieldSelector`. The sharder watches the same objects.
-pub(crate) fn primary_watch(selector: &Selector, field_selector: Option<&str>) -> watcher::Config {
-    let config = watcher::Config::default().labels_from(selector);
-    match field_selector {
-        Some(fields) => config.fields(fields),
-        None => config,
-    }
-}
-
 /// The watch's event with its CR as the cache keeps it (`slim`, see [`Cached`]).
 fn cache(
     event: watcher::Event<DynamicObject>,
@@ -338,12 +329,12 @@ fn slim(
     confirmations: Option<&Confirmations>,
 ) -> Cached {
     let watched = watch_fields.map(|fields| fields.digest(serde_json::to_value(&object).unwrap_or_default()));
-    let confirmed = confirmations.and_then(|confirmations| confirmations.standing(&object.metadata));
+    let confirmed = confirmations.and_then(|confirmations| confirmations.confirmed_at(&object.metadata));
     if !annotations {
         object.annotations_mut().remove(LAST_APPLIED);
     }
     let cached = Cached::from(object);
-    Cached { watched, standing: confirmed.unwrap_or(cached.standing), ..cached }
+    Cached { watched, standing: confirmed.map_or(cached.standing, Standing::confirmed_at), ..cached }
 }
 
 /// kubectl's copy of the object it last applied: as large as the spec.

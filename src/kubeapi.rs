@@ -62,6 +62,19 @@ pub fn post_params() -> kube::api::PostParams {
     kube::api::PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
 }
 
+/// The watch of a watched kind's objects: the watch entry's label selector (with sharding, the
+/// shard's too) and its `fieldSelector`; the controller and the sharder watch the same objects.
+pub fn primary_watch(
+    selector: &kube::core::Selector,
+    field_selector: Option<&str>,
+) -> kube::runtime::watcher::Config {
+    let config = kube::runtime::watcher::Config::default().labels_from(selector);
+    match field_selector {
+        Some(fields) => config.fields(fields),
+        None => config,
+    }
+}
+
 /// Runs an API call with [`API_TIMEOUT`].
 pub async fn with_timeout<T>(call: impl Future<Output = Result<T, kube::Error>>) -> Result<T, Error> {
     match tokio::time::timeout(API_TIMEOUT, call).await {

@@ -40,6 +40,8 @@ const LAYERS: &[&[&str]] = &[
         "proptest_support",
         "mask",
         "ident",
+        "rate",
+        "cgroup",
     ],
 ];
 

@@ -17,7 +17,6 @@ use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch};
 use serde_json::json;
 
-use crate::cached::Standing;
 use crate::kubeapi::{self, with_timeout};
 use crate::watches::Gvk;
 
@@ -72,14 +71,14 @@ impl Confirmations {
         confirmations
     }
 
-    /// The object's standing from its last successful run: converged and confirmed then, when the
-    /// run left it as it is now (same uid, same generation or resourceVersion).
-    pub fn standing(&self, meta: &ObjectMeta) -> Option<Standing> {
+    /// When the object's last successful run ended, when that run left it as it is now (same uid,
+    /// same generation or resourceVersion): it has converged since then.
+    pub fn confirmed_at(&self, meta: &ObjectMeta) -> Option<Timestamp> {
         let known = lock(&self.known);
         let (uid, version, seconds) = parse(known.get(&key(meta))?)?;
         let now = version_of(meta)?;
         (Some(uid) == meta.uid.as_deref() && version == now)
-            .then(|| Timestamp::from_second(seconds).ok().map(Standing::confirmed_at))
+            .then(|| Timestamp::from_second(seconds).ok())
             .flatten()
     }
 
@@ -231,13 +230,11 @@ mod tests {
     async fn an_object_as_its_last_successful_run_left_it_is_converged_since_then() {
         let confirmations = confirmations();
         let namespace = meta("u1", None, "41");
-        assert_eq!(confirmations.standing(&namespace), None, "never confirmed");
+        assert_eq!(confirmations.confirmed_at(&namespace), None, "never confirmed");
         confirmations.confirmed(&namespace, Timestamp::from_second(AT).unwrap());
-        let standing = confirmations.standing(&namespace).expect("confirmed");
-        assert!(standing.successful());
-        assert_eq!(standing.confirmed(), Some(Timestamp::from_second(AT).unwrap()));
-        assert_eq!(confirmations.standing(&meta("u1", None, "42")), None, "changed since");
-        assert_eq!(confirmations.standing(&meta("u2", None, "41")), None, "another object of that name");
+        assert_eq!(confirmations.confirmed_at(&namespace), Some(Timestamp::from_second(AT).unwrap()));
+        assert_eq!(confirmations.confirmed_at(&meta("u1", None, "42")), None, "changed since");
+        assert_eq!(confirmations.confirmed_at(&meta("u2", None, "41")), None, "another object of that name");
         assert_eq!(
             lock(&confirmations.pending).get("team-a_kiali"),
             Some(&Some(format!("u1 r41 {AT}"))),
@@ -249,8 +246,11 @@ mod tests {
     async fn a_kind_with_generations_compares_the_generation_only() {
         let confirmations = confirmations();
         confirmations.confirmed(&meta("u1", Some(3), "41"), Timestamp::from_second(AT).unwrap());
-        assert!(confirmations.standing(&meta("u1", Some(3), "57")).is_some(), "a status write is no change");
-        assert_eq!(confirmations.standing(&meta("u1", Some(4), "58")), None);
+        assert!(
+            confirmations.confirmed_at(&meta("u1", Some(3), "57")).is_some(),
+            "a status write is no change"
+        );
+        assert_eq!(confirmations.confirmed_at(&meta("u1", Some(4), "58")), None);
     }
 
     #[tokio::test]
@@ -259,7 +259,7 @@ mod tests {
         let object = meta("u1", None, "41");
         confirmations.confirmed(&object, Timestamp::from_second(AT).unwrap());
         confirmations.forget(&object);
-        assert_eq!(confirmations.standing(&object), None);
+        assert_eq!(confirmations.confirmed_at(&object), None);
         assert_eq!(lock(&confirmations.pending).get("team-a_kiali"), Some(&None));
         assert_eq!(confirmations.bytes.load(Ordering::Relaxed), 0);
     }

@@ -125,7 +125,7 @@ impl Sharder {
                 };
                 let writer = Writer::new(kind.resource.clone());
                 objects.push((index, writer.as_reader()));
-                let config = crate::controller::primary_watch(&kind.selector, kind.field_selector.as_deref());
+                let config = crate::kubeapi::primary_watch(&kind.selector, kind.field_selector.as_deref());
                 let mut reported = decoded::Reported::default();
                 let stream = watcher(api, config)
                     .default_backoff()
