@@ -378,7 +378,8 @@ impl Triggers {
 /// Upstream's primary predicate as a hash: a run is triggered when the generation changes (or, when
 /// `watchAnnotationsChanges`, the annotations change). Objects without a generation always pass.
 /// With `watchFields`, the digest of their values (`watched`) stands for the generation: only a
-/// change in them triggers, and objects without a generation are filtered too.
+/// change in them (or the start of a deletion) triggers, and objects without a generation are
+/// filtered too.
 /// Pausing or resuming a CR (its annotation) triggers whatever the watch says.
 /// With sharding, the sharder's drain request (`drain_label`) triggers too: the reconcile hands the
 /// CR over.
@@ -393,6 +394,8 @@ fn trigger_hash<K: Resource>(
         Some(digest) => digest.hash(&mut hasher),
         None => object.meta().generation?.hash(&mut hasher),
     }
+    // The start of a deletion runs the finalizer, whatever `watchFields` selects.
+    object.meta().deletion_timestamp.is_some().hash(&mut hasher);
     if let Some(drain_label) = drain_label {
         object.labels().contains_key(drain_label).hash(&mut hasher);
     }
@@ -491,6 +494,11 @@ mod tests {
         assert!(!seen(version("2", "a", None)), "a status heartbeat, though the kind has no generation");
         assert!(seen(version("3", "b", None)), "a watched field");
         assert!(!seen(version("4", "b", Some(7))), "a new generation alone");
+        let mut deleted = version("5", "b", Some(8));
+        deleted.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-29T10:00:00Z".parse().unwrap(),
+        ));
+        assert!(seen(deleted), "the start of a deletion: the finalizer runs");
     }
 
     #[test]
