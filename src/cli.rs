@@ -574,11 +574,11 @@ pub struct RunArgs {
     pub log: LogArgs,
 }
 
-/// `--max-resyncs-per-second`, `--proxy-qps`: a rate, 0 or more.
+/// `--max-resyncs-per-second`, `--proxy-qps`: a rate, 0 (no limit) or at least one per 1000 s.
 fn per_second(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
-        Ok(rate) if rate.is_finite() && rate >= 0.0 => Ok(rate),
-        _ => Err(format!("must be a number per second, 0 or more (0: no limit), got {text}")),
+        Ok(rate) if rate == 0.0 || (rate.is_finite() && rate >= 0.001) => Ok(rate),
+        _ => Err(format!("must be a number per second, 0 (no limit) or from 0.001, got {text}")),
     }
 }
 
@@ -680,7 +680,7 @@ mod tests {
         ]);
         assert_eq!((args.proxy_qps_per_run, args.proxy_burst_per_run, args.proxy_qps), (2.5, 5, 50.0));
         assert_eq!(args.proxy_max_wait, Duration::from_secs(2));
-        for value in ["-1", "fast", "inf"] {
+        for value in ["-1", "fast", "inf", "1e-300"] {
             let error = Cli::try_parse_from(["ansible-operator", "run", &format!("--proxy-qps={value}")])
                 .err()
                 .map(|e| e.to_string())

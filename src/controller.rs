@@ -175,6 +175,7 @@ impl WatchController {
         let annotations_trigger = ctx.watch.watch_annotations_changes;
         let watch_fields = ctx.watch.extensions.watch_fields.clone();
         let confirmations = ctx.confirmations.clone();
+        let manage_status = ctx.watch.manage_status;
         let cached = sharding.as_ref().map(|membership| {
             crate::metrics::CachedCrs::new(ctx.metrics.clone(), &ctx.gvk_label, &membership.shard)
         });
@@ -203,7 +204,8 @@ impl WatchController {
             })
             .map_ok(move |event| {
                 let slim = |object| {
-                    slim(object, annotations_trigger, watch_fields.as_ref(), confirmations.as_deref())
+                    let fields = watch_fields.as_ref();
+                    slim(object, annotations_trigger, fields, manage_status, confirmations.as_deref())
                 };
                 triggers.mark(cache(event, slim))
             })
@@ -320,15 +322,18 @@ fn cache(
 
 /// The CR as the cache keeps it, without kubectl's copy of the last applied object (as large as
 /// the spec) unless annotation changes trigger (`annotations`): a label-only `kubectl apply`
-/// changes it. With `watchFields`, it keeps the digest of their values ([`Cached::watched`]). A kind
+/// changes it. With `watchFields`, it keeps the digest of their values ([`Cached::watched`]), without
+/// the conditions when they are the operator's (`ours_conditions`: `manageStatus`). A kind
 /// with `confirmations` takes its standing from them (its objects have no conditions of ours).
 fn slim(
     mut object: DynamicObject,
     annotations: bool,
     watch_fields: Option<&WatchFields>,
+    ours_conditions: bool,
     confirmations: Option<&Confirmations>,
 ) -> Cached {
-    let watched = watch_fields.map(|fields| fields.digest(serde_json::to_value(&object).unwrap_or_default()));
+    let watched = watch_fields
+        .map(|fields| fields.digest(serde_json::to_value(&object).unwrap_or_default(), ours_conditions));
     let confirmed = confirmations.and_then(|confirmations| confirmations.confirmed_at(&object.metadata));
     if !annotations {
         object.annotations_mut().remove(LAST_APPLIED);
@@ -434,8 +439,8 @@ mod tests {
             "status": {"conditions": [{"type": "Successful", "status": "True"}], "big": "x"}
         }))
         .unwrap();
-        assert!(slim(object.clone(), true, None, None).annotations().contains_key(LAST_APPLIED));
-        let cached = slim(object, false, None, None);
+        assert!(slim(object.clone(), true, None, true, None).annotations().contains_key(LAST_APPLIED));
+        let cached = slim(object, false, None, true, None);
         assert_eq!(cached.annotations(), &[("a".to_string(), "1".to_string())].into());
         assert_eq!(cached.metadata.managed_fields, None);
         assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
@@ -482,7 +487,7 @@ mod tests {
                 "spec": {"taints": [{"key": taint}]}, "status": {"heartbeat": heartbeat}
             }))
             .unwrap();
-            slim(object, false, Some(&fields), None)
+            slim(object, false, Some(&fields), true, None)
         };
         let mut seen = |cached: Cached| {
             let event = triggers.mark(watcher::Event::Apply(cached));

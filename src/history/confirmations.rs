@@ -2,8 +2,8 @@
 //! whose playbooks write their own status) keeps of each object's last successful run, so that
 //! `--startup-resync=due` can tell a converged one after a restart (kiali#6081, operator-sdk#6416:
 //! every restart ran the playbook once per namespace). One ConfigMap per kind in the operator's
-//! namespace, one entry per object: `<uid> <version> <unix seconds>`, the version being its
-//! generation (`g3`) or, for kinds without one, its resourceVersion (`r1234`), as the run left it.
+//! namespace, one entry per object under its uid: `<version> <unix seconds>`, the version being the
+//! generation (`g3`) or, for kinds without one, the resourceVersion (`r1234`) its run saw.
 //! Read once when the watch starts; written in batches, at most every [`FLUSH`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -71,21 +71,18 @@ impl Confirmations {
         confirmations
     }
 
-    /// When the object's last successful run ended, when that run left it as it is now (same uid,
+    /// When the object's last successful run ended, when that run saw it as it is now (same uid,
     /// same generation or resourceVersion): it has converged since then.
     pub fn confirmed_at(&self, meta: &ObjectMeta) -> Option<Timestamp> {
         let known = lock(&self.known);
-        let (uid, version, seconds) = parse(known.get(&key(meta))?)?;
-        let now = version_of(meta)?;
-        (Some(uid) == meta.uid.as_deref() && version == now)
-            .then(|| Timestamp::from_second(seconds).ok())
-            .flatten()
+        let (version, seconds) = parse(known.get(meta.uid.as_deref()?)?)?;
+        (version == version_of(meta)?).then(|| Timestamp::from_second(seconds).ok()).flatten()
     }
 
-    /// A run of the object succeeded at `at`, leaving it as `meta` says.
+    /// A run of the object, which saw it as `meta` says, succeeded at `at`.
     pub fn confirmed(&self, meta: &ObjectMeta, at: Timestamp) {
         let (Some(uid), Some(version)) = (meta.uid.as_deref(), version_of(meta)) else { return };
-        let (key, value) = (key(meta), format!("{uid} {version} {}", at.as_second()));
+        let (key, value) = (uid.to_string(), format!("{version} {}", at.as_second()));
         let mut known = lock(&self.known);
         let before = known.get(&key).map_or(0, |old| key.len() + old.len());
         let after = self.bytes.load(Ordering::Relaxed) - before + key.len() + value.len();
@@ -102,7 +99,7 @@ impl Confirmations {
 
     /// The object is gone.
     pub fn forget(&self, meta: &ObjectMeta) {
-        let key = key(meta);
+        let Some(key) = meta.uid.clone() else { return };
         if let Some(old) = lock(&self.known).remove(&key) {
             self.bytes.fetch_sub(key.len() + old.len(), Ordering::Relaxed);
             lock(&self.pending).insert(key, None);
@@ -141,6 +138,16 @@ impl Confirmations {
                     "may not write the confirmations of this kind (grant get, create and patch on configmaps in the operator's namespace): with --startup-resync=due, its objects run at every start"
                 );
             }
+            Err(error)
+                if error
+                    .code()
+                    .is_some_and(|code| (400..500).contains(&code) && code != 409 && code != 429) =>
+            {
+                tracing::warn!(
+                    configmap = %self.name, error = %crate::logging::error_chain(&error),
+                    "the API server refused these confirmations: their objects run at the next start"
+                );
+            }
             Err(error) => {
                 tracing::warn!(configmap = %self.name, error = %crate::logging::error_chain(&error), "could not write confirmations: trying again");
                 let mut kept = lock(&self.pending);
@@ -172,11 +179,6 @@ pub fn configmap_name(gvk: &Gvk) -> String {
     name.to_lowercase()
 }
 
-/// An object's entry: `<namespace>_<name>`, or `_<name>` when cluster-scoped (`_` is in neither).
-fn key(meta: &ObjectMeta) -> String {
-    format!("{}_{}", meta.namespace.as_deref().unwrap_or_default(), meta.name.as_deref().unwrap_or_default())
-}
-
 /// `g<generation>`, else `r<resourceVersion>`.
 fn version_of(meta: &ObjectMeta) -> Option<String> {
     match (meta.generation, &meta.resource_version) {
@@ -186,10 +188,9 @@ fn version_of(meta: &ObjectMeta) -> Option<String> {
     }
 }
 
-fn parse(value: &str) -> Option<(&str, String, i64)> {
-    let mut parts = value.split(' ');
-    let (uid, version, seconds) = (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
-    Some((uid, version.to_string(), seconds))
+fn parse(value: &str) -> Option<(String, i64)> {
+    let (version, seconds) = value.split_once(' ')?;
+    Some((version.to_string(), seconds.parse().ok()?))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -235,11 +236,7 @@ mod tests {
         assert_eq!(confirmations.confirmed_at(&namespace), Some(Timestamp::from_second(AT).unwrap()));
         assert_eq!(confirmations.confirmed_at(&meta("u1", None, "42")), None, "changed since");
         assert_eq!(confirmations.confirmed_at(&meta("u2", None, "41")), None, "another object of that name");
-        assert_eq!(
-            lock(&confirmations.pending).get("team-a_kiali"),
-            Some(&Some(format!("u1 r41 {AT}"))),
-            "to be written"
-        );
+        assert_eq!(lock(&confirmations.pending).get("u1"), Some(&Some(format!("r41 {AT}"))), "to be written");
     }
 
     #[tokio::test]
@@ -260,7 +257,7 @@ mod tests {
         confirmations.confirmed(&object, Timestamp::from_second(AT).unwrap());
         confirmations.forget(&object);
         assert_eq!(confirmations.confirmed_at(&object), None);
-        assert_eq!(lock(&confirmations.pending).get("team-a_kiali"), Some(&None));
+        assert_eq!(lock(&confirmations.pending).get("u1"), Some(&None));
         assert_eq!(confirmations.bytes.load(Ordering::Relaxed), 0);
     }
 

@@ -99,6 +99,9 @@ impl Refused {
 pub struct Throttle {
     per_run: Option<Quota>,
     operator: Option<Bucket>,
+    /// Requests waiting for the operator's bucket take turns (tokio's mutex is fair), so none is
+    /// overtaken until its wait runs out.
+    turn: tokio::sync::Mutex<()>,
     max_wait: Duration,
     metrics: Option<Arc<Metrics>>,
 }
@@ -106,7 +109,13 @@ pub struct Throttle {
 impl Throttle {
     /// The limits; `metrics` counts the requests held back.
     pub fn new(per_run: Rate, operator: Rate, max_wait: Duration, metrics: Option<Arc<Metrics>>) -> Self {
-        Throttle { per_run: per_run.quota(), operator: operator.quota().map(Bucket::new), max_wait, metrics }
+        Throttle {
+            per_run: per_run.quota(),
+            operator: operator.quota().map(Bucket::new),
+            turn: tokio::sync::Mutex::new(()),
+            max_wait,
+            metrics,
+        }
     }
 
     /// No limits.
@@ -124,6 +133,10 @@ impl Throttle {
             self.take(bucket, Limit::Run, deadline, &mut delayed).await?;
         }
         if let Some(bucket) = &self.operator {
+            let Ok(_turn) = tokio::time::timeout_at(deadline, self.turn.lock()).await else {
+                self.count(Limit::Operator, "refused");
+                return Err(Refused { limit: Limit::Operator, retry_after: Duration::from_secs(1) });
+            };
             self.take(bucket, Limit::Operator, deadline, &mut delayed).await?;
         }
         if let Some(limit) = delayed {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, ObjectMeta};
 use serde_json::{Map, Value};
 
 use super::context::{Context, Error, Next};
@@ -49,7 +49,13 @@ pub async fn conclude(
         return Ok(Next::AwaitChange);
     };
     if let (true, false, Some(confirmations)) = (ran.succeeded, finalizing, &ctx.confirmations) {
-        confirmations.confirmed(&after_run.metadata, jiff::Timestamp::now());
+        // The version the run saw: a change made while it ran is still to run.
+        let seen = ObjectMeta {
+            generation: target.generation,
+            resource_version: target.resource_version.clone(),
+            ..after_run.metadata.clone()
+        };
+        confirmations.confirmed(&seen, jiff::Timestamp::now());
     }
     let result = if ran.succeeded { Ok(next) } else { Err(Error::TaskFailed { key: target.key.into() }) };
     let write = ctx.watch.manage_status.then_some((ran.transition, ran.hosts));

@@ -21,6 +21,8 @@ pub struct StatusTarget<'a> {
     pub key: &'a str,
     /// The generation the run saw.
     pub generation: Option<i64>,
+    /// The resourceVersion the run saw.
+    pub resource_version: Option<String>,
     /// The CR as its metric series name it.
     pub cr: crate::metrics::CrRef,
 }

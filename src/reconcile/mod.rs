@@ -210,7 +210,9 @@ pub fn forget<K: Resource>(ctx: &Context, object: &K) {
     let key = key_of(object);
     ctx.slots.forget(&key);
     ctx.seen.forget(&key);
-    if let Some(confirmations) = &ctx.confirmations {
+    // With sharding, a CR that moves to another shard leaves this replica's watch as if deleted:
+    // its confirmation stays (an entry of a CR that is really gone stays too).
+    if let (Some(confirmations), None) = (&ctx.confirmations, &ctx.settings.sharding) {
         confirmations.forget(object.meta());
     }
     pause::note(ctx, &key, false);
@@ -249,6 +251,7 @@ async fn reconcile_inner(
         name: &name,
         key,
         generation: current.metadata.generation,
+        resource_version: current.metadata.resource_version.clone(),
         cr: cr_ref(ctx, current),
     };
 
@@ -295,20 +298,18 @@ async fn reconcile_inner(
 }
 
 /// Passes the resync bucket (`--max-resyncs-per-second`) when `paced` (see [`is_resync`]), then
-/// waits for a slot of the run budget (`--max-concurrent-runs`), counted as waiting meanwhile, then
-/// for room under the memory guard's mark (`--memory-high-water`).
+/// for room under the memory guard's mark (`--memory-high-water`), then for a slot of the run budget
+/// (`--max-concurrent-runs`), counted as waiting meanwhile.
 async fn wait_for_budget(ctx: &Context, admitted: Admitted) -> (Permit, Option<memory::Admitted>) {
     let periodic = if admitted.paced { Priority::Resync } else { Priority::Urgent };
     ctx.settings.resync_pacer.pass(periodic, || ctx.metrics.resync_waiting()).await;
-    let permit = {
-        let _waiting = ctx.metrics.waiting();
-        ctx.settings.door.lanes().reconcile_permit(admitted.priority).await
-    };
+    // Before the budget: a run held for memory holds no slot of the budget meanwhile.
     let memory = match &ctx.settings.memory_guard {
         Some(guard) => Some(guard.room(|| ctx.metrics.memory_waiting()).await),
         None => None,
     };
-    (permit, memory)
+    let _waiting = ctx.metrics.waiting();
+    (ctx.settings.door.lanes().reconcile_permit(admitted.priority).await, memory)
 }
 
 /// Converged CRs (their generation already succeeded) wait behind new work for the run budget.

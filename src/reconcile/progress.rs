@@ -38,6 +38,8 @@ pub async fn alongside(
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut written = None;
+    // The write goes beside the run, which reads the run's output meanwhile; one at a time.
+    let mut writing: Option<tokio::task::JoinHandle<()>> = None;
     tokio::pin!(run);
     loop {
         tokio::select! {
@@ -45,9 +47,15 @@ pub async fn alongside(
                 if let Ok(finished) = &finished {
                     ctx.settings.ledger.ran_tasks(cr, finished.report.outcome.tasks_started);
                 }
+                if let Some(writing) = writing {
+                    writing.abort();
+                }
                 return finished;
             }
             _ = ticks.tick() => {
+                if writing.as_ref().is_some_and(|writing| !writing.is_finished()) {
+                    continue;
+                }
                 let Some((number, task)) = ctx.settings.live.of(&uid).and_then(|run| run.task()) else {
                     continue;
                 };
@@ -55,10 +63,13 @@ pub async fn alongside(
                     continue;
                 }
                 let progress = Transition::Progress(progress_message(number, total, &task));
+                let (api, name, conditions) = (api.clone(), name.clone(), ctx.conditions());
                 let generation = current.metadata.generation;
-                if let Err(error) = status::write(api, &name, ctx.conditions(), &progress, generation).await {
-                    tracing::debug!(error = %crate::logging::error_chain(&error), "could not write the run's progress");
-                }
+                writing = Some(tokio::spawn(async move {
+                    if let Err(error) = status::write(&api, &name, conditions, &progress, generation).await {
+                        tracing::debug!(error = %crate::logging::error_chain(&error), "could not write the run's progress");
+                    }
+                }));
             }
         }
     }

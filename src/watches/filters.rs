@@ -34,12 +34,18 @@ impl WatchFields {
     }
 
     /// A digest of what the queries select in `object` (its metadata less `resourceVersion` and
-    /// `managedFields`): equal digests, no change in a watched field.
-    pub fn digest(&self, mut object: Value) -> u64 {
+    /// `managedFields`; without `status.conditions` when `ours_conditions`, the operator's own
+    /// writes, which would run it again after every run): equal digests, no change in a watched field.
+    pub fn digest(&self, mut object: Value, ours_conditions: bool) -> u64 {
         if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             for key in VOLATILE_METADATA {
                 metadata.remove(key);
             }
+        }
+        if let (true, Some(status)) =
+            (ours_conditions, object.get_mut("status").and_then(Value::as_object_mut))
+        {
+            status.remove("conditions");
         }
         let mut hasher = DefaultHasher::new();
         for (_, query) in &self.queries {
@@ -139,10 +145,14 @@ mod tests {
             json!({"metadata": {"name": "n", "labels": labels, "resourceVersion": heartbeat},
                    "spec": {"taints": taints}, "status": {"heartbeat": heartbeat}})
         };
-        let base = fields.digest(node("1", json!([]), json!({"a": "1"})));
-        assert_eq!(base, fields.digest(node("2", json!([]), json!({"a": "1"}))), "a heartbeat");
-        assert_ne!(base, fields.digest(node("3", json!([{"key": "k"}]), json!({"a": "1"}))), "a taint");
-        assert_ne!(base, fields.digest(node("4", json!([]), json!({"a": "2"}))), "a label");
+        let base = fields.digest(node("1", json!([]), json!({"a": "1"})), false);
+        assert_eq!(base, fields.digest(node("2", json!([]), json!({"a": "1"})), false), "a heartbeat");
+        assert_ne!(
+            base,
+            fields.digest(node("3", json!([{"key": "k"}]), json!({"a": "1"})), false),
+            "a taint"
+        );
+        assert_ne!(base, fields.digest(node("4", json!([]), json!({"a": "2"})), false), "a label");
     }
 
     #[test]
@@ -152,15 +162,26 @@ mod tests {
             json!({"metadata": {"name": "n", "resourceVersion": version,
                                 "managedFields": [{"manager": manager}]}})
         };
-        assert_eq!(fields.digest(object("1", "a")), fields.digest(object("2", "b")));
+        assert_eq!(fields.digest(object("1", "a"), false), fields.digest(object("2", "b"), false));
     }
 
     #[test]
     fn a_field_that_appears_or_goes_is_a_change() {
         let fields = WatchFields::from_queries(&["$.spec.size"]);
-        let with = fields.digest(json!({"spec": {"size": 1}}));
-        assert_ne!(with, fields.digest(json!({"spec": {}})));
-        assert_ne!(fields.digest(json!({"spec": {"size": null}})), fields.digest(json!({"spec": {}})));
+        let with = fields.digest(json!({"spec": {"size": 1}}), false);
+        assert_ne!(with, fields.digest(json!({"spec": {}}), false));
+        assert_ne!(
+            fields.digest(json!({"spec": {"size": null}}), false),
+            fields.digest(json!({"spec": {}}), false)
+        );
+    }
+
+    #[test]
+    fn the_operators_own_conditions_are_left_out_when_the_status_is_its() {
+        let fields = WatchFields::from_queries(&["$.status"]);
+        let object = |message: &str| json!({"status": {"phase": "Up", "conditions": [{"message": message}]}});
+        assert_eq!(fields.digest(object("Running"), true), fields.digest(object("Successful"), true));
+        assert_ne!(fields.digest(object("Running"), false), fields.digest(object("Successful"), false));
     }
 
     #[test]
