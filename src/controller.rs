@@ -446,22 +446,28 @@ mod tests {
         assert_eq!(cached.labels(), &[("l".to_string(), "1".to_string())].into());
     }
 
-    #[test]
-    fn a_version_triggers_when_what_triggers_changed_since_the_cached_one() {
+    /// A watch of `group`/v1 `kind` without annotation triggers: each version given to the closure
+    /// is marked and cached, and the closure says whether it triggers.
+    fn watch_of(group: &str, kind: &str) -> impl FnMut(Cached) -> bool {
         let kind: Kind =
-            Arc::new(kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("x", "v1", "X")));
+            Arc::new(kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(group, "v1", kind)));
         let mut writer = Writer::new(kind.clone());
         let triggers = Triggers { store: writer.as_reader(), kind, annotations: false, drain_label: None };
-        let version = |generation: i64, uid: &str, annotations: serde_json::Value| {
-            let mut object = object(generation, annotations);
-            object.metadata.uid = Some(uid.to_string());
-            Cached::from(object)
-        };
-        let mut seen = |cached: Cached| {
+        move |cached: Cached| {
             let event = triggers.mark(watcher::Event::Apply(cached));
             writer.apply_watcher_event(&event);
             let watcher::Event::Apply(cached) = event else { unreachable!() };
             cached.triggers
+        }
+    }
+
+    #[test]
+    fn a_version_triggers_when_what_triggers_changed_since_the_cached_one() {
+        let mut seen = watch_of("x", "X");
+        let version = |generation: i64, uid: &str, annotations: serde_json::Value| {
+            let mut object = object(generation, annotations);
+            object.metadata.uid = Some(uid.to_string());
+            Cached::from(object)
         };
         assert!(seen(version(1, "u1", json!({}))), "the first version");
         assert!(!seen(version(1, "u1", json!({"a": "1"}))), "an annotation change alone");
@@ -475,10 +481,7 @@ mod tests {
 
     #[test]
     fn with_watch_fields_only_a_change_in_them_triggers() {
-        let kind: Kind =
-            Arc::new(kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "Node")));
-        let mut writer = Writer::new(kind.clone());
-        let triggers = Triggers { store: writer.as_reader(), kind, annotations: false, drain_label: None };
+        let mut seen = watch_of("", "Node");
         let fields = WatchFields::from_queries(&["$.spec.taints", "$.metadata.labels"]);
         let version = |heartbeat: &str, taint: &str, generation: Option<i64>| {
             let object: DynamicObject = serde_json::from_value(json!({
@@ -488,12 +491,6 @@ mod tests {
             }))
             .unwrap();
             slim(object, false, Some(&fields), true, None)
-        };
-        let mut seen = |cached: Cached| {
-            let event = triggers.mark(watcher::Event::Apply(cached));
-            writer.apply_watcher_event(&event);
-            let watcher::Event::Apply(cached) = event else { unreachable!() };
-            cached.triggers
         };
         assert!(seen(version("1", "a", None)), "the first version");
         assert!(!seen(version("2", "a", None)), "a status heartbeat, though the kind has no generation");
