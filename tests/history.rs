@@ -116,6 +116,11 @@ async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
         json!({"reason": "SpecChanged", "fromGeneration": 1, "toGeneration": 2})
     );
     assert_eq!(changed["spec"]["objects"][0]["verb"], "patch", "an existing child is patched");
+    // The runs' own writes to the child (its create, that patch) run nothing again: upstream runs
+    // the CR once more after each, within a fraction of a second.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let triggers: Vec<String> = records(&runs, &uid).await.iter().map(|r| trigger(r).to_string()).collect();
+    assert_eq!(triggers, ["Created", "SpecChanged"]);
 
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let drift = json!({"data": {"value": "drifted"}});
@@ -126,6 +131,7 @@ async fn every_run_is_recorded_with_why_it_ran_and_what_it_did() {
         dependent["spec"]["trigger"]["dependent"],
         json!({"kind": "ConfigMap", "namespace": ns.name, "name": "cr-child"})
     );
+    assert_eq!(dependent["spec"]["ansibleResult"]["changed"], 1, "the run puts back the outside change");
 
     api.patch("cr", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"fail": true}}))).await.unwrap();
     let failed = wait_record(&runs, &uid, "a failed run", |r| r["spec"]["result"] == "Failure").await;

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::credentials::Grant;
 use super::dependents::Dependents;
+use super::own_writes::Version;
 use super::owner::Link;
 use super::request_info::RequestInfo;
 use super::wire::{Body, ProxyError, box_body, collect, full};
@@ -30,6 +31,18 @@ impl Children {
     /// Children of runs, read and patched with `client`, watched through `dependents`.
     pub fn new(client: Client, dependents: Option<Arc<Dependents>>) -> Self {
         Self { client, dependents }
+    }
+
+    /// The dependent-watch registry; `None` with `--inject-owner-ref=false`.
+    pub fn dependents(&self) -> Option<&Arc<Dependents>> {
+        self.dependents.as_ref()
+    }
+
+    /// The run wrote `version` of a child: the owner's dependent watch does not run it for that.
+    pub fn wrote(&self, grant: &Grant, version: Version) {
+        if let Some(dependents) = &self.dependents {
+            dependents.own_writes().wrote(&grant.owner.cr_key(), version);
+        }
     }
 
     /// Whether writes are linked to the run's CR and children watched (`--inject-owner-ref`).
@@ -164,6 +177,12 @@ impl Children {
             if let Some(patch) = grant.owner.shard_patch(&object)
                 && let Some(relabelled) = self.relabel(path, &patch).await
             {
+                if let Some(version) = serde_json::from_slice::<Value>(&relabelled)
+                    .ok()
+                    .and_then(|object| Version::of(&object["metadata"]))
+                {
+                    self.wrote(grant, version);
+                }
                 // The run reads the child as it now is, so a later write of it does not conflict.
                 bytes = relabelled;
             }

@@ -15,6 +15,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::own_writes::{OwnWrites, Verdict, Version};
 use super::owner::{PRIMARY_RESOURCE, PRIMARY_RESOURCE_TYPE};
 use crate::cached::{Cached, Kind};
 use crate::decoded::{self, Decoded};
@@ -47,6 +48,8 @@ pub struct Dependents {
     owners: RwLock<HashMap<OwnerKind, OwnerRoute>>,
     /// Child kinds watched, by API resource identity, with the owner kinds interested in each.
     children: Mutex<HashMap<String, Arc<RwLock<HashSet<OwnerKind>>>>>,
+    /// What the owners' own runs wrote: those changes do not trigger them.
+    own_writes: Arc<OwnWrites>,
 }
 
 impl Dependents {
@@ -65,7 +68,13 @@ impl Dependents {
             selector,
             owners: Default::default(),
             children: Default::default(),
+            own_writes: Arc::default(),
         })
+    }
+
+    /// The versions the owners' runs wrote, which do not trigger them.
+    pub fn own_writes(&self) -> &Arc<OwnWrites> {
+        &self.own_writes
     }
 
     /// Registers a controller of an owner kind for one namespace scope and returns its trigger stream.
@@ -114,11 +123,11 @@ impl Dependents {
             };
             let this = self.clone();
             let interested = interested.clone();
-            tokio::spawn(async move { this.watch_child(api, interested).await });
+            tokio::spawn(this.watch_child(api, interested));
         }
     }
 
-    async fn watch_child(&self, api: Api<Decoded>, interested: Arc<RwLock<HashSet<OwnerKind>>>) {
+    async fn watch_child(self: Arc<Self>, api: Api<Decoded>, interested: Arc<RwLock<HashSet<OwnerKind>>>) {
         let mut errors = WatchErrors::new(
             api.resource_url(),
             "changes to these children do not trigger a reconcile of their owners",
@@ -153,13 +162,36 @@ impl Dependents {
             };
             let Some(object) = changed else { continue };
             let interested = interested.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let version = Version {
+                uid: object.uid().unwrap_or_default(),
+                resource_version: object.resource_version().unwrap_or_default(),
+            };
             for (kind, name, namespace) in owners_of(&object, &interested) {
                 let dependent = Dependent {
                     kind: object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default(),
                     namespace: object.namespace(),
                     name: object.name_any(),
                 };
-                self.reconcile_owner((kind.0, kind.1, namespace, name), dependent);
+                self.changed((kind.0, kind.1, namespace, name), dependent, &version);
+            }
+        }
+    }
+
+    /// A dependent of `owner` changed to `version`: the owner runs unless its own run wrote that
+    /// version, which is known once the owner's run in flight, if any, ends.
+    fn changed(self: &Arc<Self>, owner: CrKey, dependent: Dependent, version: &Version) {
+        match self.own_writes.judge(&owner, version) {
+            Verdict::Own => tracing::debug!(owner = owner.3, "a dependent changed by its owner's own run"),
+            Verdict::Foreign => self.reconcile_owner(owner, dependent),
+            Verdict::AfterRun(mut ended) => {
+                let this = self.clone();
+                let version = version.clone();
+                tokio::spawn(async move {
+                    let _ = ended.changed().await;
+                    if !matches!(this.own_writes.judge(&owner, &version), Verdict::Own) {
+                        this.reconcile_owner(owner, dependent);
+                    }
+                });
             }
         }
     }

@@ -11,6 +11,7 @@ pub mod credentials;
 pub mod dependents;
 pub mod dry_run;
 pub mod kubeconfig;
+pub mod own_writes;
 pub mod owner;
 pub mod read_index;
 pub mod read_watches;
@@ -41,6 +42,7 @@ use children::Children;
 use classify::{Handling, Settle, classify, classify_plan, settle};
 use credentials::{Credentials, Grant};
 use dependents::Dependents;
+use own_writes::Version;
 use owner::{Link, Ownership, Prior, Write};
 use read_watches::ReadWatches;
 use request_info::RequestInfo;
@@ -118,6 +120,12 @@ impl Proxy {
     /// The port playbooks connect to.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Marks a run of `cr` in flight until the returned value is dropped, so that its writes to
+    /// its children do not trigger it again; `None` when children are not watched.
+    pub fn own_run(&self, cr: crate::history::ledger::CrKey) -> Option<own_writes::OwnRun> {
+        self.children.dependents().map(|dependents| dependents.own_writes().started(cr))
     }
 
     /// The credential registry runs take their tokens from.
@@ -414,6 +422,11 @@ impl Proxy {
             (None, None) => info.resource.clone(),
         };
         let name = info.name.clone().or_else(|| object["metadata"]["name"].as_str().map(str::to_string));
+        if !grant.plan_only
+            && let Some(version) = Version::of(&answer["metadata"])
+        {
+            self.children.wrote(grant, version);
+        }
         grant.touched(Touched {
             verb,
             kind,

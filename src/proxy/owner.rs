@@ -75,6 +75,11 @@ pub enum Ownership {
 }
 
 impl Owner {
+    /// The CR as the ledger keys it: `(group, kind, namespace, name)`.
+    pub fn cr_key(&self) -> crate::history::ledger::CrKey {
+        (self.gvk.group.clone(), self.gvk.kind.clone(), self.namespace.clone(), self.name.clone())
+    }
+
     /// What to do with the body of `write` to an object in `child_namespace`, given what was there.
     pub fn ownership(&self, write: Write, prior: Prior<'_>, child_namespace: Option<&str>) -> Ownership {
         match (write, prior) {

@@ -246,6 +246,8 @@ impl Door {
             writes: Vec::new(),
             reads: Vec::new(),
         };
+        // A reconcile's writes to its children do not run its CR again; a plan writes nothing.
+        let own_run = grant.watch_dependents.then(|| proxy.own_run(grant.owner.cr_key())).flatten();
         let issued = match proxy.credentials().issue(grant) {
             Ok(issued) => issued,
             Err(source) => return unwritten(spec.dir, source),
@@ -259,6 +261,7 @@ impl Door {
         let report = runner::run(&self.runner, &spec, live, &issued.grant.secrets).await;
         let ran = Ran { report, writes: issued.grant.writes(), reads: issued.grant.read_set() };
         drop(issued);
+        drop(own_run);
         let _ = std::fs::remove_file(kubeconfig);
         ran
     }

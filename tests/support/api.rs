@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::kubectl_ok;
+use super::{kubectl, kubectl_ok};
 
 /// An HTTPS endpoint of one operator (its API, or its secure metrics): where, and the CA file to
 /// trust (`None`: its self-signed certificate, not verified).
@@ -173,7 +173,27 @@ pub fn service_account(namespace: &str, name: &str, verbs: &str, resource: &str)
         &format!("--role={name}"),
         &format!("--serviceaccount={account}"),
     ]);
+    for verb in verbs.split(',') {
+        wait_until_allowed(namespace, name, verb, resource, "");
+    }
     kubectl_ok(["-n", namespace, "create", "token", name, "--duration=1h"]).trim().to_string()
+}
+
+/// Waits until the apiserver's authorizer has taken in a new binding: RBAC reads bindings from a
+/// cache, so a request made right after `create rolebinding` can still be refused.
+/// `subresource` is `""` for the resource itself.
+fn wait_until_allowed(namespace: &str, name: &str, verb: &str, resource: &str, subresource: &str) {
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let args = ["-n", namespace, "auth", "can-i", verb, resource, "--as", &user];
+        let answer = kubectl(args.iter().chain(&[&*format!("--subresource={subresource}")]));
+        if answer.status.success() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{user} still may not {verb} {resource} {subresource} after 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Lets the ServiceAccount `name` of `namespace` read run logs of `resource` (`plural.group`) there:
@@ -198,6 +218,7 @@ pub fn grant_log_reading(namespace: &str, name: &str, resource: &str) {
         &format!("--role={role}"),
         &format!("--serviceaccount={namespace}:{name}"),
     ]);
+    wait_until_allowed(namespace, name, "get", resource, "log");
 }
 
 /// A certificate and key for `localhost` in `dir` (`tls.crt`, `tls.key`), for `--api-cert-dir`.
