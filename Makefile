@@ -28,7 +28,7 @@ BASE_IMG ?= localhost/ansible-operator-base:dev
 DEPLOY_KUBECONFIG := $(or $(KUBECONFIG),$(LOCAL_KUBECONFIG))
 # Tests that need a running Pod: whole modules of the test suite (tests/*.rs), and single tests of others.
 export NODE_TEST_MODULES := in_cluster node pod_modules scaffold
-export NODE_TEST_SKIPS := --skip memcached_role --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
+export NODE_TEST_SKIPS := --skip memcached_role --skip the_samples_scenarios --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
 ifeq ($(NODE),0)
 TEST_FILTERS := -- $(NODE_TEST_SKIPS) $(foreach t,$(NODE_TEST_MODULES),--skip $(t)::)
 INSTALL_NODE :=
@@ -38,7 +38,7 @@ INSTALL_NODE := install-node
 endif
 
 .PHONY: help install install-kube install-ansible install-ansible-next install-ssh install-node install-browser cluster-up \
-	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python run bench bench-upstream \
+	cluster-down cluster-status test-hosts-up test-hosts-down build lint test test-rust test-python test-scenarios run bench bench-upstream \
 	docker-build-base docker-build docker-push deploy undeploy rbac
 
 help: ## List the targets
@@ -144,6 +144,12 @@ run: install build ## Run the operator on watches.yaml against the local cluster
 			ansible-operator.dev/allow-kinds=EtcdCluster,EtcdRestore,KubernetesCluster \
 		| KUBECONFIG=$(LOCAL_KUBECONFIG) kubectl apply -f -
 	KUBECONFIG=$(LOCAL_KUBECONFIG) ansible-operator run --watches-file=$(WATCHES)
+
+test-scenarios: install build ## Run the samples' scenarios (tests/scenarios/) with `ansible-operator test` on the local cluster and SSH test hosts; SCENARIO_ARGS="--keep ..."
+	hack/local-cluster.sh up
+	hack/test-hosts.sh up
+	ETCD_SSH_KEY="$$(cat .local/test-hosts/id_ed25519)" ETCD_KNOWN_HOSTS="$$(cat .local/test-hosts/known_hosts)" \
+		KUBECONFIG=$(LOCAL_KUBECONFIG) ansible-operator test $(SCENARIO_ARGS)
 
 bench: install ## Benchmark on the local control plane (bench/README.md); e.g. BENCH_ARGS="--burst 300"
 	hack/local-cluster.sh up

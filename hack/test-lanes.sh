@@ -93,8 +93,8 @@ for pass in "${passes[@]}"; do
         "history proposed_permissions events api console storm startup_resync security_access replay secrets_masked plan plan_dry_run"
         "etcd_restore python least_privilege test_command"
       )
-      # etcd_restore is on host5–host7, as kubernetes_cluster is, which runs after these lanes
-      # (warm-late).
+      # etcd_restore and test_command (the EtcdCluster scenario) are on host5–host7, as
+      # kubernetes_cluster is, which runs after these lanes (warm-late).
       # After the lanes, by themselves: `make undeploy` deletes the sample CRDs, and with them every
       # CR of those kinds the other tests still use; sharding measures handovers against lease
       # durations, which the other lanes' load on two cores stretches past their bounds; scaffold's

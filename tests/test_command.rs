@@ -18,12 +18,18 @@ fn project() -> PathBuf {
 
 /// Runs `ansible-operator test` in `dir` with `args`; its log and runner directory in `work`.
 fn run_test(dir: &Path, work: &Path, args: &[&str]) -> (Output, String) {
-    let output = command(dir)
-        .arg("test")
-        .arg(format!("--work-dir={}", work.display()))
-        .args(args)
-        .output()
-        .expect("run ansible-operator test");
+    shown(
+        command(dir)
+            .arg("test")
+            .arg(format!("--work-dir={}", work.display()))
+            .args(args)
+            .output()
+            .expect("run ansible-operator test"),
+    )
+}
+
+/// The command's output, and its exit status, stdout and stderr as a failure shows them.
+fn shown(output: Output) -> (Output, String) {
     let shown = format!(
         "exit {}\nstdout:\n{}\nstderr:\n{}",
         output.status,
@@ -181,17 +187,41 @@ async fn a_broken_scenario_file_stops_the_command_before_anything_runs() {
     assert!(output.stdout.is_empty(), "{shown}");
 }
 
-/// The repository's own scenario for the sample Memcached (tests/scenarios/memcached.yaml), run
-/// as README shows: `ansible-operator test` in the repository, memcached's Pods on the node.
+/// The repository's own scenarios for its samples (tests/scenarios/), run as README shows:
+/// `ansible-operator test` in the repository. The Memcached role's Pods run on the node; the
+/// EtcdCluster is installed over SSH on the test hosts, grown, backed up by an EtcdBackup and
+/// uninstalled, its key Secret made from the environment's variables.
 #[tokio::test]
-async fn memcached_role_scenario_passes_through_the_command() {
+async fn the_samples_scenarios_pass_through_the_command() {
     support::node::require_ready_node(&support::client().await).await;
-    let work = scratch_dir("scenarios-memcached");
-    let (output, shown) = run_test(support::repo(), &work, &[]);
+    let hosts = support::hosts::hosts();
+    let work = scratch_dir("scenarios-samples");
+    let backups = work.join("backups");
+    let mut command = command(support::repo());
+    command
+        .arg("test")
+        .arg(format!("--work-dir={}", work.display()))
+        .env("ETCD_SSH_KEY", support::hosts::client_key())
+        .env("ETCD_KNOWN_HOSTS", support::hosts::known_hosts())
+        .env("ETCD_RELEASES_DIR", support::repo().join(".local/etcd-releases"))
+        .env("ETCD_BACKUP_DIR", &backups);
+    let (output, shown) = shown(command.output().expect("run ansible-operator test"));
     assert!(output.status.success(), "{shown}");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
+    assert!(stdout.contains("2 scenario(s): 2 passed, 0 failed"), "{shown}");
     assert!(stdout.lines().any(|line| line.starts_with("  ok      idempotent Memcached/sample")), "{shown}");
+    assert!(stdout.lines().any(|line| line.starts_with("  ok      three healthy members")), "{shown}");
+    // The finalizers ran: the hosts keep nothing of the cluster, the backup directory no snapshot.
+    for host in &hosts[4..7] {
+        let left: Vec<_> = std::fs::read_dir(&host.home)
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with("etcd-test-etcd-"))
+            .collect();
+        assert!(left.is_empty(), "{} keeps {left:?}", host.name);
+    }
+    let snapshots = std::fs::read_dir(&backups).map(|dir| dir.count()).unwrap_or(0);
+    assert_eq!(snapshots, 0, "the EtcdBackup's finalizer deletes its snapshots");
 }
 
 /// Upstream's own scaffold test project (ansible-operator-plugins' memcached-molecule-operator,

@@ -316,12 +316,15 @@ impl Reader<'_> {
         if objects.is_empty() {
             return Err(self.invalid(place, "no objects"));
         }
-        for (index, object) in objects.iter().enumerate() {
+        let mut objects = objects;
+        for (index, object) in objects.iter_mut().enumerate() {
             let place = match value {
                 Value::Array(_) => format!("{place}[{index}]"),
                 Value::String(path) => format!("{place} ({path}, document {})", index + 1),
                 _ => place.to_string(),
             };
+            fill_in(object, &|name| std::env::var(name).ok())
+                .map_err(|message| self.invalid(&place, message))?;
             for field in ["/apiVersion", "/kind", "/metadata/name"] {
                 if object.pointer(field).and_then(Value::as_str).is_none_or(str::is_empty) {
                     let field = field[1..].replace('/', ".");
@@ -452,6 +455,41 @@ impl Reader<'_> {
 }
 
 /// A value as the user wrote it, shortened.
+/// Fills in the environment's variables in every string value of an object (not in its keys):
+/// `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:?error}` as molecule.yml's are
+/// ([`molecule::interpolate`]), while a lone `$` (a shell script's `$HOME`) is kept as written and
+/// `$${` is a literal `${`. A value filled in stays a string, so a key or a token kept in a CI
+/// secret keeps its newlines.
+fn fill_in(value: &mut Value, var: &impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    match value {
+        Value::String(text) if text.contains("${") => *text = fill_in_text(text, var)?,
+        Value::Array(items) => items.iter_mut().try_for_each(|item| fill_in(item, var))?,
+        Value::Object(fields) => fields.values_mut().try_for_each(|field| fill_in(field, var))?,
+        _ => {}
+    }
+    Ok(())
+}
+
+fn fill_in_text(text: &str, var: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        if rest[..at].ends_with('$') {
+            out.push_str(&rest[..at]);
+            out.push_str("{");
+            rest = &rest[at + 2..];
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        let braced = &rest[at + 2..];
+        let end = braced.find('}').ok_or_else(|| format!("`${{{braced}`: no closing `}}`"))?;
+        out.push_str(&molecule::expand(&braced[..end], var)?);
+        rest = &braced[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn shown(value: &Value) -> String {
     let text = value.to_string();
     match text.char_indices().nth(80) {
@@ -550,6 +588,41 @@ mod tests {
         let Action::Runs(runs) = &scenario.steps[2].action else { panic!() };
         assert_eq!((runs.count, runs.result.as_deref()), (Some(1), Some("Successful")));
         assert_eq!(scenario.steps[3].action, Action::Verify(PathBuf::from("verify.yml")));
+    }
+
+    #[test]
+    fn objects_string_values_take_the_environments_variables() {
+        let var = |name: &str| match name {
+            "KEY" => Some("-----BEGIN KEY-----\nabc\n-----END KEY-----\n".to_string()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        let mut object = serde_json::json!({
+            "metadata": {"name": "keys", "labels": {"${KEY}": "key names are kept"}},
+            "stringData": {"key": "${KEY}", "host": "${HOST:-127.0.0.11}", "empty": "${EMPTY-unused}"},
+            "data": {"script": "echo $HOME $$HOME", "literal": "$${KEY}", "port": 2222, "list": ["a${EMPTY}b"]}
+        });
+        fill_in(&mut object, &var).unwrap();
+        assert_eq!(object["stringData"]["key"], "-----BEGIN KEY-----\nabc\n-----END KEY-----\n");
+        assert_eq!(object["stringData"]["host"], "127.0.0.11");
+        assert_eq!(object["stringData"]["empty"], "");
+        assert_eq!(object["data"]["script"], "echo $HOME $$HOME", "a lone `$` stays as written");
+        assert_eq!(object["data"]["literal"], "${KEY}");
+        assert_eq!(object["data"]["port"], 2222);
+        assert_eq!(object["data"]["list"][0], "ab");
+        assert!(object["metadata"]["labels"]["${KEY}"].is_string());
+        let mut missing = serde_json::json!({"data": {"key": "${SSH_KEY:?the test hosts' key}"}});
+        assert_eq!(fill_in(&mut missing, &var).unwrap_err(), "SSH_KEY: the test hosts' key");
+    }
+
+    #[test]
+    fn an_unset_variable_asked_for_names_the_step_and_the_object() {
+        assert_eq!(
+            message(
+                "steps:\n- apply: [{apiVersion: v1, kind: Secret, metadata: {name: s}, stringData: {k: '${ANSIBLE_OPERATOR_UNSET_FOR_TEST:?set it to the key}'}}]\n"
+            ),
+            "steps[0].apply[0]: ANSIBLE_OPERATOR_UNSET_FOR_TEST: set it to the key"
+        );
     }
 
     #[test]

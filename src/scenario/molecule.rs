@@ -454,7 +454,7 @@ pub fn interpolate(text: &str, var: impl Fn(&str) -> Option<String>) -> Result<S
 }
 
 /// One `${…}`'s value.
-fn expand(expression: &str, var: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(super) fn expand(expression: &str, var: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let end = expression.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(expression.len());
     let (name, operator) = expression.split_at(end);
     if name.is_empty() {
@@ -471,7 +471,9 @@ fn expand(expression: &str, var: &impl Fn(&str) -> Option<String>) -> Result<Str
         (Some('-'), true) => Ok(operator[1..].to_string()),
         (Some('?'), true) => Err(format!("{name}: {}", &operator[1..])),
         (Some('-' | '?'), false) => Ok(value.unwrap_or_default()),
-        _ => Err(format!("`${{{expression}}}`: not a variable molecule fills in")),
+        _ => Err(format!(
+            "`${{{expression}}}`: not `${{NAME}}`, `${{NAME:-default}}`, `${{NAME-default}}`, `${{NAME:?error}}` or `${{NAME?error}}`"
+        )),
     }
 }
 

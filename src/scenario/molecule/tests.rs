@@ -25,7 +25,10 @@ fn variables_are_filled_in_as_molecule_fills_them() {
     assert_eq!(fill("cost: $$5, $ alone").unwrap(), "cost: $5, $ alone");
     assert_eq!(fill("${UNSET:?must be set}").unwrap_err(), "UNSET: must be set");
     assert_eq!(fill("${SET").unwrap_err(), "`${SET`: no closing `}`");
-    assert_eq!(fill("${SET:+x}").unwrap_err(), "`${SET:+x}`: not a variable molecule fills in");
+    assert_eq!(
+        fill("${SET:+x}").unwrap_err(),
+        "`${SET:+x}`: not `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `${NAME:?error}` or `${NAME?error}`"
+    );
 }
 
 #[test]
