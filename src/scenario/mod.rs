@@ -476,7 +476,7 @@ fn fill_in_text(text: &str, var: &impl Fn(&str) -> Option<String>) -> Result<Str
     while let Some(at) = rest.find("${") {
         if rest[..at].ends_with('$') {
             out.push_str(&rest[..at]);
-            out.push_str("{");
+            out.push('{');
             rest = &rest[at + 2..];
             continue;
         }
