@@ -241,6 +241,13 @@ impl Metrics {
             // Writing to a String cannot fail; a collector would have to report it.
             tracing::error!("encoding metrics failed");
         }
+        // The user's summaries, which prometheus-client cannot encode, before `# EOF`.
+        let mut summaries = String::new();
+        self.user.lock().unwrap_or_else(PoisonError::into_inner).encode_summaries(&mut summaries);
+        if !summaries.is_empty() {
+            let end = out.rfind("# EOF\n").unwrap_or(out.len());
+            out.insert_str(end, &summaries);
+        }
         out
     }
 }
@@ -349,8 +356,14 @@ mod tests {
         let metrics = Metrics::new("v", "c");
         let request = serde_json::json!({"name": "my_gauge", "description": "mine", "gauge": {"set": 3}});
         metrics.apply_user_metric(&request).unwrap();
+        let summary =
+            serde_json::json!({"name": "my_summary", "description": "latency", "summary": {"observe": 2}});
+        metrics.apply_user_metric(&summary).unwrap();
         let text = metrics.encode();
         assert_eq!(value(&text, "my_gauge", &[]), Some(3.0));
+        assert!(types(&text).contains(&("my_summary".to_string(), "summary".to_string())), "{text}");
+        assert_eq!(value(&text, "my_summary_sum", &[]), Some(2.0));
+        assert_eq!(value(&text, "my_summary_count", &[]), Some(1.0));
         assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -140,6 +140,11 @@ enum UserValue {
     Counter(f64),
     Gauge(f64),
     Histogram(HistogramState),
+    /// Upstream's `prometheus.NewSummary` with no objectives: its sum and count.
+    Summary {
+        sum: f64,
+        count: u64,
+    },
 }
 
 impl UserValue {
@@ -147,7 +152,7 @@ impl UserValue {
         match self {
             UserValue::Counter(_) => "counter",
             UserValue::Gauge(_) => "gauge",
-            UserValue::Histogram(_) => "histogram or summary",
+            UserValue::Histogram(_) | UserValue::Summary { .. } => "histogram or summary",
         }
     }
 }
@@ -210,7 +215,9 @@ impl UserMetrics {
         validate_name(&name)?;
         let metric = match self.metrics.get_mut(&name) {
             Some(metric) => {
-                if std::mem::discriminant(&metric.value) != std::mem::discriminant(&fresh) {
+                // A summary and a histogram take each other's `observe`, as upstream's, whose
+                // Histogram and Summary interfaces are one.
+                if metric.value.kind() != fresh.kind() {
                     return Err(UserMetricError::TypeChange { existing: metric.value.kind(), name });
                 }
                 metric
@@ -232,10 +239,29 @@ impl UserMetrics {
             (UserValue::Counter(v) | UserValue::Gauge(v), Change::Add(delta)) => *v += delta,
             (UserValue::Gauge(v), Change::Set(value)) => *v = value,
             (UserValue::Histogram(h), Change::Observe(value)) => h.observe(value),
+            (UserValue::Summary { sum, count }, Change::Observe(value)) => {
+                *sum += value;
+                *count += 1;
+            }
             // `decide` pairs each change with its own type, and the type was checked above.
             (value, change) => unreachable!("{change:?} does not apply to a {}", value.kind()),
         }
         Ok(())
+    }
+
+    /// Writes the summaries in the text format, each family's `# HELP` and `# TYPE` lines and its
+    /// `_sum` and `_count` samples, as a Go summary without objectives is exposed.
+    pub fn encode_summaries(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        for (name, metric) in &self.metrics {
+            if let UserValue::Summary { sum, count } = metric.value {
+                let help = escape_help(&metric.help);
+                let _ = write!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} summary\n{name}_sum {sum}\n{name}_count {count}\n"
+                );
+            }
+        }
     }
 
     /// Writes every user metric into a scrape.
@@ -260,6 +286,8 @@ impl UserMetrics {
                 UserValue::Histogram(h) => encoder
                     .encode_descriptor(name, &help, None, MetricType::Histogram)?
                     .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.bounds(), None)?,
+                // prometheus-client has no summary type: [`UserMetrics::encode_summaries`].
+                UserValue::Summary { .. } => {}
             }
         }
         Ok(())
@@ -306,8 +334,13 @@ fn decide(request: &MetricRequest, now: SystemTime) -> Result<(UserValue, Change
         };
         return Ok((UserValue::Gauge(0.0), change));
     }
-    let observe = request.histogram.as_ref().or(request.summary.as_ref()).and_then(|h| h.observe);
-    Ok((UserValue::Histogram(HistogramState::new()), observe.map_or(Change::None, Change::Observe)))
+    let (fresh, observe) = match (&request.histogram, &request.summary) {
+        (Some(histogram), _) => (UserValue::Histogram(HistogramState::new()), histogram.observe),
+        (None, summary) => {
+            (UserValue::Summary { sum: 0.0, count: 0 }, summary.as_ref().and_then(|s| s.observe))
+        }
+    };
+    Ok((fresh, observe.map_or(Change::None, Change::Observe)))
 }
 
 /// Accepts a Prometheus metric name (`[a-zA-Z_:][a-zA-Z0-9_:]*`) that is not one of ours.
@@ -503,7 +536,7 @@ mod tests {
     }
 
     #[test]
-    fn histogram_and_summary_observe_into_one_histogram() {
+    fn a_histogram_takes_a_summarys_observe() {
         let mut m = UserMetrics::default();
         apply(&mut m, json!({"name": "h", "histogram": {"observe": 0.3}})).unwrap();
         apply(&mut m, json!({"name": "h", "summary": {"observe": 20}})).unwrap();
@@ -515,10 +548,18 @@ mod tests {
     }
 
     #[test]
-    fn summary_first_use_registers_a_histogram() {
+    fn a_summary_is_a_summary_and_takes_a_histograms_observe() {
         let mut m = UserMetrics::default();
-        apply(&mut m, json!({"name": "s", "summary": {"observe": 1}})).unwrap();
-        assert!(matches!(current(&m, "s"), UserValue::Histogram(_)));
+        apply(&mut m, json!({"name": "s", "description": "ensure summary can be created", "summary": {}}))
+            .unwrap();
+        apply(&mut m, json!({"name": "s", "summary": {"observe": 1.5}})).unwrap();
+        apply(&mut m, json!({"name": "s", "histogram": {"observe": 0.5}})).unwrap();
+        assert_eq!(current(&m, "s"), UserValue::Summary { sum: 2.0, count: 2 });
+        let mut text = String::new();
+        m.encode_summaries(&mut text);
+        assert_eq!(text, "# HELP s ensure summary can be created\n# TYPE s summary\ns_sum 2\ns_count 2\n");
+        let error = apply(&mut m, json!({"name": "s", "gauge": {"set": 1}})).unwrap_err();
+        assert!(error.to_string().contains("histogram or summary"), "{error}");
     }
 
     #[test]
@@ -588,7 +629,8 @@ mod tests {
             json!({"name": "my_counter_metric", "description": "a\nb \"q\"", "counter": {"add": 2}}),
             json!({"name": "jobs_total", "description": "jobs", "counter": {"increment": true}}),
             json!({"name": "temperature", "description": "t", "gauge": {"set": -4.5}}),
-            json!({"name": "latency", "description": "l", "summary": {"observe": 0.2}}),
+            json!({"name": "latency", "description": "l", "histogram": {"observe": 0.2}}),
+            json!({"name": "took", "description": "t", "summary": {"observe": 0.2}}),
         ];
         for request in &requests {
             metrics.apply_user_metric(request).unwrap();
@@ -607,6 +649,7 @@ mod tests {
             ("jobs", "counter"),
             ("temperature", "gauge"),
             ("latency", "histogram"),
+            ("took", "summary"),
         ] {
             assert!(types.contains(&(name.to_string(), kind.to_string())), "{name} {kind}");
         }
