@@ -99,13 +99,14 @@ RUN /opt/venv/bin/python -c 'import ansible_operator_worker.zygote' \
 # 4. The base image, laid out as upstream's (quay.io/operator-framework/ansible-operator), so that
 # an upstream project's Dockerfile builds FROM it unchanged: tini at /tini (and /usr/bin/tini), the
 # operator at /usr/local/bin/ansible-operator, Ansible with kubernetes.core and operator_sdk.util,
-# HOME=/opt/ansible writable by user 1001 in group 0, the same ENTRYPOINT. No operator inside: a
+# HOME=/opt/ansible writable by user 1001 in group 0, the same ENTRYPOINT; curl, which the
+# scaffold's molecule tests run in the manager's container to read its metrics. No operator inside: a
 # project adds its watches.yaml, roles/ and playbooks/ (and collections with ansible-galaxy, into
 # ~/.ansible, which Ansible searches before ours).
 #   docker build --target base -t ansible-operator-base:dev .
 FROM ${PYTHON_IMAGE} AS base
 RUN apt-get update \
- && apt-get install -y --no-install-recommends tini openssh-client \
+ && apt-get install -y --no-install-recommends tini openssh-client curl \
  && rm -rf /var/lib/apt/lists/* \
  && ln -s /usr/bin/tini /tini
 # Upstream's base image: roles_path for playbooks that import roles, its library directory, a local

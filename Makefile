@@ -28,7 +28,7 @@ BASE_IMG ?= localhost/ansible-operator-base:dev
 DEPLOY_KUBECONFIG := $(or $(KUBECONFIG),$(LOCAL_KUBECONFIG))
 # Tests that need a running Pod: whole modules of the test suite (tests/*.rs), and single tests of others.
 export NODE_TEST_MODULES := in_cluster node pod_modules scaffold
-export NODE_TEST_SKIPS := --skip memcached_role --skip the_samples_scenarios --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
+export NODE_TEST_SKIPS := --skip memcached_role --skip the_samples_scenarios --skip its_manager_deployed_from_an_image --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
 ifeq ($(NODE),0)
 TEST_FILTERS := -- $(NODE_TEST_SKIPS) $(foreach t,$(NODE_TEST_MODULES),--skip $(t)::)
 INSTALL_NODE :=

@@ -59,6 +59,12 @@ pub struct TestArgs {
     #[arg(long)]
     pub molecule: Vec<std::path::PathBuf>,
 
+    /// With `--molecule`: deploy the manager with this image in each molecule scenario's namespace,
+    /// from the project's `config/testing` (else `config/default`) as the scenario's converge
+    /// would, so that every task runs, those that read the manager's Pod too.
+    #[arg(long, requires = "molecule")]
+    pub image: Option<String>,
+
     /// CRD files, or directories of them, applied once before the scenarios. Default:
     /// `config/crd/bases` beside the watches file (the scaffold's), else `deploy/crds`.
     #[arg(long, value_delimiter = ',')]

@@ -23,7 +23,6 @@ use support::{kubectl, kubectl_ok, wait_for};
 const PROJECT_NAMESPACE: &str = "memcached-operator-system";
 const DEPLOYMENT: &str = "memcached-operator-controller-manager";
 const IMAGE: &str = "localhost/memcached-operator:scaffold-test";
-const DEFAULT_BASE_IMAGE: &str = "localhost/ansible-operator-base:dev";
 const GROUP: &str = "cache.example.org";
 const SAMPLE: &str = "memcached-sample";
 const MARKER: &str = "installed by the project image";
@@ -35,14 +34,6 @@ const WAIT: Duration = Duration::from_secs(240);
 /// this test after the other lanes, by itself: beside them the operator missed its leader renew
 /// deadline.)
 const LOAD_WAIT: Duration = Duration::from_secs(900);
-
-/// The base image the project builds FROM: `BASE_IMG`, as `make docker-build-base` names it.
-fn base_image() -> String {
-    std::env::var("BASE_IMG")
-        .ok()
-        .filter(|image| !image.is_empty())
-        .unwrap_or_else(|| DEFAULT_BASE_IMAGE.into())
-}
 
 /// Runs a command, fails the test unless it succeeds, and returns its stdout.
 fn run(command: &mut Command) -> String {
@@ -99,9 +90,10 @@ fn project() -> PathBuf {
     std::fs::remove_dir_all(&source).expect("remove the collection's source");
     let dockerfile = dir.join("Dockerfile");
     let text = std::fs::read_to_string(&dockerfile).expect("read Dockerfile");
-    let from = format!("FROM {DEFAULT_BASE_IMAGE}");
+    let from = format!("FROM {}", support::node::DEFAULT_BASE_IMAGE);
     assert!(text.contains(&from), "the project's Dockerfile builds FROM our base image");
-    std::fs::write(&dockerfile, text.replace(&from, &format!("FROM {}", base_image()))).expect("Dockerfile");
+    std::fs::write(&dockerfile, text.replace(&from, &format!("FROM {}", support::node::base_image())))
+        .expect("Dockerfile");
     dir
 }
 

@@ -257,6 +257,62 @@ async fn upstreams_memcached_role_molecule_scenario_passes_against_the_operator_
     }
 }
 
+/// The same scenario with `--image`: the scaffold project's image (FROM our base image, as its
+/// Dockerfile builds it) deployed as its manager in the scenario's namespace from `config/testing`,
+/// so every task runs, the curl of the manager's metrics in its Pod too; what the deploy made
+/// outside the namespace is removed after.
+#[tokio::test]
+async fn upstreams_molecule_scenario_passes_against_its_manager_deployed_from_an_image() {
+    let client = support::client().await;
+    support::node::require_ready_node(&client).await;
+    let project = fixtures().join("memcached-molecule-operator");
+    let image = "localhost/memcached-molecule-operator:test";
+    // The project's Dockerfile, FROM our base image; its collections are the base image's (no
+    // Galaxy here to install its requirements.yml from).
+    let build = scratch_dir("molecule-image-build");
+    let dockerfile = std::fs::read_to_string(project.join("Dockerfile")).unwrap();
+    let dockerfile: String = dockerfile
+        .lines()
+        .filter(|line| !line.starts_with("RUN ansible-galaxy") && !line.starts_with(" && chmod"))
+        .map(|line| match line.starts_with("FROM ") {
+            true => format!("FROM {}\n", support::node::base_image()),
+            false => format!("{line}\n"),
+        })
+        .collect();
+    assert!(!dockerfile.contains("galaxy") && dockerfile.contains("COPY roles/"), "{dockerfile}");
+    std::fs::write(build.join("Dockerfile"), dockerfile).unwrap();
+    for part in ["watches.yaml", "roles", "playbooks", "requirements.yml"] {
+        let copied = std::process::Command::new("cp").arg("-a").arg(project.join(part)).arg(&build).status();
+        assert!(copied.unwrap().success(), "copy {part}");
+    }
+    support::node::build_and_load(&build, image);
+
+    let work = scratch_dir("molecule-image");
+    let (output, shown) =
+        run_test(&project, &work, &["--molecule=molecule/default", &format!("--image={image}")]);
+    assert!(output.status.success(), "{shown}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("1 scenario(s): 1 passed, 0 failed"), "{shown}");
+    assert!(!stdout.contains("skipped"), "every task runs: {shown}");
+    // The manager did the work: the operator in the command's process watched an empty namespace.
+    let log = std::fs::read_to_string(work.join("operator.log")).unwrap();
+    assert!(
+        !log.contains("Memcached.v1alpha1.cache.example.com/"),
+        "the operator here reconciled a Memcached"
+    );
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    assert!(
+        roles.get_opt("osdk-manager-role").await.unwrap().is_none(),
+        "the manager's ClusterRole is removed"
+    );
+    let api: Api<Namespace> = Api::all(client);
+    for namespace in namespaces(&stdout) {
+        assert!(
+            api.get_opt(&namespace).await.unwrap().is_none_or(|n| n.metadata.deletion_timestamp.is_some())
+        );
+    }
+}
+
 /// A molecule scenario whose check fails: the report names the task and its message, and the CR.
 #[tokio::test]
 async fn a_failing_molecule_check_names_the_task_and_its_message() {

@@ -107,6 +107,14 @@ impl Scenario {
     pub fn is_molecule(&self) -> bool {
         self.steps.iter().any(|step| matches!(step.action, Action::Molecule(_)))
     }
+
+    /// Whether it deploys the manager in its namespace (a molecule scenario with `--image`): the
+    /// operator in the command's process leaves that namespace to it.
+    pub fn deploys_manager(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|step| matches!(&step.action, Action::Molecule(molecule) if molecule.image.is_some()))
+    }
 }
 
 impl Action {

@@ -41,6 +41,9 @@ pub struct Molecule {
     /// Every file of the scenario's directory, as the run gets it: its path there and its bytes,
     /// with the tasks that cannot run here replaced.
     pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// `--image`: the manager is deployed with this image in the scenario's namespace, and no task
+    /// is replaced.
+    pub image: Option<String>,
 }
 
 /// A task that cannot run against the operator in this process.
@@ -55,8 +58,9 @@ struct Skipped {
 }
 
 /// Reads the molecule scenario in `dir` of the project in `project`, as a scenario: a step that
-/// runs `verify.yml`, then a skipped step for each task that cannot run here.
-pub fn load(dir: &Path, project: &Path) -> Result<Scenario, Error> {
+/// runs `verify.yml`, then a skipped step for each task that cannot run here (none when the
+/// manager is deployed with `image`).
+pub fn load(dir: &Path, project: &Path, image: Option<&str>) -> Result<Scenario, Error> {
     let invalid = |file: &Path, place: &str, message: String| Error::Invalid {
         file: file.to_path_buf(),
         place: place.to_string(),
@@ -72,9 +76,13 @@ pub fn load(dir: &Path, project: &Path) -> Result<Scenario, Error> {
     let selectors = manager_selectors(project)?;
     let mut files = Vec::new();
     read_dir(dir, Path::new(""), &mut files)?;
-    let skipped = skip_manager_tasks(&mut files, &selectors);
+    let skipped = match image {
+        Some(_) => Vec::new(),
+        None => skip_manager_tasks(&mut files, &selectors),
+    };
     let name = dir.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-    let molecule = Molecule { dir: dir.to_path_buf(), project: project.to_path_buf(), config, files };
+    let image = image.map(str::to_string);
+    let molecule = Molecule { dir: dir.to_path_buf(), project: project.to_path_buf(), config, files, image };
     // As it will be read when it runs (its variables from this environment), to stop before then.
     let place = Place { copy: dir, ephemeral: dir, namespace: "test" };
     let read = molecule.config(&molecule.environment(&place))?;

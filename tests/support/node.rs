@@ -21,6 +21,27 @@ pub fn operator_image() -> String {
         .unwrap_or_else(|| "ansible-operator:dev".into())
 }
 
+/// The base image an upstream project builds FROM: `BASE_IMG`, as `make docker-build-base` names it.
+pub fn base_image() -> String {
+    std::env::var("BASE_IMG")
+        .ok()
+        .filter(|image| !image.is_empty())
+        .unwrap_or_else(|| DEFAULT_BASE_IMAGE.into())
+}
+
+/// `make docker-build-base`'s image when `BASE_IMG` is not set.
+pub const DEFAULT_BASE_IMAGE: &str = "localhost/ansible-operator-base:dev";
+
+/// Builds `dir` (its Dockerfile) as `image` with podman on the local images' storage, and loads it
+/// into the node, as a push and pull would.
+pub fn build_and_load(dir: &std::path::Path, image: &str) {
+    let images = super::repo().join("hack/images.sh");
+    for args in [vec!["podman", "build", "-t", image, &dir.to_string_lossy()], vec!["load", image]] {
+        let output = std::process::Command::new(&images).args(&args).output().expect("run hack/images.sh");
+        assert!(output.status.success(), "hack/images.sh {args:?}: {}", super::describe_output(&output));
+    }
+}
+
 /// Fails the test unless a node is Ready: the tests that need a running Pod say so instead of
 /// timing out on a Pod that is never scheduled.
 pub async fn require_ready_node(client: &Client) -> Node {

@@ -4,6 +4,7 @@
 //! `--parallel` at a time; the exit code is 0 only when every step of every scenario passed.
 
 mod context;
+mod manager;
 mod molecule;
 mod operator;
 mod record;
@@ -82,7 +83,7 @@ fn prepare(args: &TestArgs) -> anyhow::Result<(Vec<Scenario>, RunArgs, PathBuf)>
         scenario_files(args)?.iter().map(|file| scenario::load(file)).collect::<Result<Vec<_>, _>>()?;
     let project = std::path::absolute(project_dir(args)).context("the project's directory")?;
     for dir in &args.molecule {
-        scenarios.push(scenario::molecule::load(dir, &project)?);
+        scenarios.push(scenario::molecule::load(dir, &project, args.image.as_deref())?);
     }
     let work = match &args.work_dir {
         Some(dir) => dir.clone(),
@@ -216,7 +217,29 @@ async fn pass(
             .await
             .with_context(|| format!("create namespace {name}"))?;
     }
-    let operator = operator::start(run_args, &namespaces).await?;
+    // A namespace where the manager is deployed (`--image`) is the manager's alone. With no other,
+    // the operator here watches an empty one: its kinds and records still serve the steps.
+    let mut watched: Vec<String> = scenarios
+        .iter()
+        .zip(&namespaces)
+        .filter(|(scenario, _)| !scenario.deploys_manager())
+        .map(|(_, namespace)| namespace.clone())
+        .collect();
+    let idle = match watched.is_empty() {
+        true => {
+            let name = format!("test-idle-{}", &suffix[suffix.len() - 5..]);
+            let namespace: Namespace = serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": {SCENARIO_LABEL: "idle"}}}),
+            )?;
+            api.create(&PostParams::default(), &namespace)
+                .await
+                .with_context(|| format!("create namespace {name}"))?;
+            watched.push(name.clone());
+            Some(name)
+        }
+        false => None,
+    };
+    let operator = operator::start(run_args, &watched).await?;
     let (history, kinds) = (&operator.history, &operator.kinds);
     let mut results = Vec::new();
     let mut running =
@@ -234,6 +257,11 @@ async fn pass(
     }
     let targets = operator.targets.clone();
     operator.stop().await?;
+    if let Some(name) = idle {
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("delete namespace {name}"))?;
+    }
     let elapsed = started.elapsed();
     println!("{}", report::summary(&results, elapsed));
     if let Some(file) = &args.junit {
@@ -294,9 +322,15 @@ async fn run_scenario(
         }),
         false => None,
     };
-    let cleanup = match failed && args.keep {
-        true => Some(format!("namespace {namespace} kept (--keep)")),
-        false => remove_namespace(&stage).await.err(),
+    let cleanup = match (failed && args.keep, scenario.deploys_manager()) {
+        (true, _) => Some(format!("namespace {namespace} kept (--keep)")),
+        (false, false) => remove_namespace(&stage).await.err(),
+        // The CRs go while their manager runs; then the namespace, with it, and what it made
+        // outside the namespace.
+        (false, true) => match remove_crs(&stage).await {
+            Ok(()) => remove_namespace(&stage).await.and(stage.remove_manager().await).err(),
+            Err(error) => Some(error),
+        },
     };
     ScenarioResult {
         name: scenario.name.clone(),
@@ -308,6 +342,14 @@ async fn run_scenario(
         cleanup,
         duration: started.elapsed(),
     }
+}
+
+/// Deletes the CRs of the watched kinds in the namespace and waits until they are gone: the
+/// manager deployed there finalizes them.
+async fn remove_crs(stage: &Stage<'_>) -> Result<(), String> {
+    let step =
+        scenario::Step { name: "delete".into(), timeout: CLEANUP, action: Action::Delete(stage.crs().await) };
+    stage.run(&step, Timestamp::now()).await.map_err(|error| format!("the CRs were not finalized: {error}"))
 }
 
 /// Deletes the namespace and waits until no CR of the watched kinds is left in it: those are what

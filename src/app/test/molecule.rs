@@ -1,6 +1,7 @@
 //! A molecule scenario's step: its directory copied (with the tasks that cannot run here replaced,
 //! [`crate::scenario::molecule`]), the inventory and environment molecule would give it, and its
-//! `verify.yml` run against the scenario's namespace, where the operator in this process watches.
+//! `verify.yml` run against the scenario's namespace, where the operator in this process watches
+//! (or, with `--image`, the manager deployed there).
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -13,7 +14,11 @@ use crate::scenario::molecule::{Molecule, Place, inventory, provisioner_env};
 
 impl Stage<'_> {
     /// Runs the scenario's `verify.yml` as molecule's `verify` would.
+    /// With `--image`, the manager is deployed in the scenario's namespace first.
     pub async fn molecule(&self, molecule: &Molecule, timeout: Duration) -> Result<(), String> {
+        if let Some(image) = &molecule.image {
+            self.deploy_manager(&molecule.project, image, timeout).await?;
+        }
         let root = self.work.join("molecule").join(self.namespace);
         let (copy, ephemeral) = (root.join("scenario"), root.join("ephemeral"));
         for (path, bytes) in &molecule.files {

@@ -33,6 +33,8 @@ pub(super) struct Stage<'a> {
     pub work: &'a Path,
     /// The resource and scope of each kind a step named, found once (`group/version/kind`).
     discovered: Mutex<HashMap<String, (ApiResource, Scope)>>,
+    /// With `--image`: the cluster-scoped objects the manager's deploy made, removed after.
+    deployed: Mutex<Vec<Value>>,
 }
 
 impl<'a> Stage<'a> {
@@ -44,7 +46,16 @@ impl<'a> Stage<'a> {
         dir: &'a Path,
         work: &'a Path,
     ) -> Self {
-        Stage { client, history, kinds, namespace, dir, work, discovered: Mutex::default() }
+        Stage {
+            client,
+            history,
+            kinds,
+            namespace,
+            dir,
+            work,
+            discovered: Mutex::default(),
+            deployed: Mutex::default(),
+        }
     }
 }
 
@@ -121,6 +132,10 @@ impl Stage<'_> {
 
     fn discovered(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ApiResource, Scope)>> {
         self.discovered.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(super) fn deployed(&self) -> std::sync::MutexGuard<'_, Vec<Value>> {
+        self.deployed.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The CRs of the watched namespaced kinds in the scenario's namespace (a kind that cannot be

@@ -61,7 +61,7 @@ impl Stage<'_> {
         }
     }
 
-    async fn apply(&self, object: &Value) -> Result<(), Miss> {
+    pub(super) async fn apply(&self, object: &Value) -> Result<(), Miss> {
         let (api, name) = self.api(object).await?;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch(&name, &params, &Patch::Apply(object)).await.map_err(|error| in_object(object, error))?;
@@ -76,7 +76,7 @@ impl Stage<'_> {
         Ok(())
     }
 
-    async fn delete(&self, object: &Value) -> Result<(), Miss> {
+    pub(super) async fn delete(&self, object: &Value) -> Result<(), Miss> {
         let (api, name) = self.api(object).await?;
         match api.delete(&name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
@@ -85,7 +85,7 @@ impl Stage<'_> {
         }
     }
 
-    async fn assert(&self, objects: &[Value], expressions: &[String]) -> Result<(), Miss> {
+    pub(super) async fn assert(&self, objects: &[Value], expressions: &[String]) -> Result<(), Miss> {
         let mut seen = Vec::new();
         for object in objects {
             let (api, name) = self.api(object).await?;

@@ -64,7 +64,7 @@ pub(super) async fn watch(
         }
         let mut again = Vec::new();
         for index in picked {
-            match reload(&scenarios[index], &project) {
+            match reload(&scenarios[index], &project, args.image.as_deref()) {
                 Ok(read) => {
                     scenarios[index] = read.clone();
                     again.push(read);
@@ -84,9 +84,9 @@ pub(super) async fn watch(
 }
 
 /// The scenario read again from its file (or molecule directory).
-fn reload(scenario: &Scenario, project: &Path) -> Result<Scenario, scenario::Error> {
+fn reload(scenario: &Scenario, project: &Path, image: Option<&str>) -> Result<Scenario, scenario::Error> {
     match scenario.is_molecule() {
-        true => scenario::molecule::load(&scenario.path, project),
+        true => scenario::molecule::load(&scenario.path, project, image),
         false => scenario::load(&scenario.path),
     }
 }
@@ -210,8 +210,13 @@ mod tests {
     }
 
     fn molecule(dir: PathBuf) -> Scenario {
-        let molecule =
-            Molecule { dir: dir.clone(), project: dir.clone(), config: String::new(), files: Vec::new() };
+        let molecule = Molecule {
+            dir: dir.clone(),
+            project: dir.clone(),
+            config: String::new(),
+            files: Vec::new(),
+            image: None,
+        };
         let step = Step {
             name: "verify.yml".into(),
             timeout: Duration::from_secs(1),

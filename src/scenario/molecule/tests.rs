@@ -80,7 +80,7 @@ fn tasks_that_need_the_managers_pod_are_replaced_and_the_rest_is_left_byte_for_b
 #[test]
 fn upstreams_scaffold_scenario_skips_only_what_reads_the_managers_pod() {
     let project = fixture();
-    let scenario = load(&project.join("molecule/default"), &project).unwrap();
+    let scenario = load(&project.join("molecule/default"), &project, None).unwrap();
     assert_eq!(scenario.name, "molecule-default");
     let steps: Vec<(&str, &str)> =
         scenario.steps.iter().map(|step| (step.name.as_str(), super::super::kind_of(&step.action))).collect();
@@ -104,7 +104,7 @@ fn upstreams_scaffold_scenario_skips_only_what_reads_the_managers_pod() {
 #[test]
 fn molecules_inventory_and_variables_are_what_the_playbooks_read() {
     let project = fixture();
-    let scenario = load(&project.join("molecule/default"), &project).unwrap();
+    let scenario = load(&project.join("molecule/default"), &project, None).unwrap();
     let Action::Molecule(molecule) = &scenario.steps[0].action else { panic!() };
     let place =
         Place { copy: Path::new("/w/scenario"), ephemeral: Path::new("/w/eph"), namespace: "test-ns" };
@@ -130,7 +130,7 @@ fn a_scenario_molecule_cannot_run_here_is_refused_with_its_file_and_field() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("molecule.yml"), "verifier:\n  name: testinfra\n").unwrap();
     std::fs::write(dir.join("verify.yml"), "- hosts: localhost\n").unwrap();
-    let error = load(&dir, &dir).unwrap_err().to_string();
+    let error = load(&dir, &dir, None).unwrap_err().to_string();
     assert_eq!(
         error,
         format!(
@@ -139,10 +139,10 @@ fn a_scenario_molecule_cannot_run_here_is_refused_with_its_file_and_field() {
         )
     );
     std::fs::write(dir.join("molecule.yml"), "provisioner:\n  env: {A: ${NEEDED:?set NEEDED}}\n").unwrap();
-    let error = load(&dir, &dir).unwrap_err().to_string();
+    let error = load(&dir, &dir, None).unwrap_err().to_string();
     assert!(error.ends_with("molecule.yml: variables: NEEDED: set NEEDED"), "{error}");
     std::fs::remove_file(dir.join("verify.yml")).unwrap();
-    let error = load(&dir, &dir).unwrap_err().to_string();
+    let error = load(&dir, &dir, None).unwrap_err().to_string();
     assert!(
         error.ends_with(
             ": molecule scenario: no verify.yml: the playbook whose tasks are the scenario's checks"
