@@ -20,6 +20,8 @@ struct Entry {
     seen: Option<Seen>,
     /// With `statusProgress`: the tasks the last run that ended started (kept across runs).
     tasks: Option<usize>,
+    /// The time of the last manual request a run saw (kept across runs).
+    served: Option<String>,
 }
 
 /// What a run saw of its CR, as hashes: enough to tell that the CR changed since.
@@ -55,7 +57,7 @@ impl Ledger {
         let mut entries = self.lock();
         let Some(entry) = entries.get_mut(cr) else { return (None, None) };
         let taken = (entry.dependent.take(), entry.scheduled.take());
-        if entry.seen.is_none() && entry.tasks.is_none() {
+        if entry.seen.is_none() && entry.tasks.is_none() && entry.served.is_none() {
             entries.remove(cr);
         }
         taken
@@ -73,6 +75,17 @@ impl Ledger {
     /// the operator started).
     pub fn saw(&self, cr: CrKey, seen: Seen) -> Option<Seen> {
         self.lock().entry(cr).or_default().seen.replace(seen)
+    }
+
+    /// A run of the CR starts, seeing the manual request made at `at`; returns whether no run saw
+    /// it before: `None` when no run saw one since the operator started (the caller then judges by
+    /// the last record's start).
+    pub fn serve_request(&self, cr: CrKey, at: &str) -> Option<bool> {
+        let mut entries = self.lock();
+        let served = &mut entries.entry(cr).or_default().served;
+        let fresh = served.as_deref().map(|before| before != at);
+        *served = Some(at.to_string());
+        fresh
     }
 
     /// The run of the CR that just ended started `tasks` tasks.
@@ -98,6 +111,16 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manual_request_is_served_once_whatever_runs_started_since_it_was_made() {
+        let ledger = Ledger::default();
+        assert_eq!(ledger.serve_request(key(), "10:00:00"), None, "none seen since the start");
+        assert_eq!(ledger.serve_request(key(), "10:00:00"), Some(false), "the same request again");
+        assert_eq!(ledger.serve_request(key(), "10:00:05"), Some(true), "a new one");
+        let _ = ledger.take(&key());
+        assert_eq!(ledger.serve_request(key(), "10:00:05"), Some(false), "kept across runs");
+    }
 
     fn key() -> CrKey {
         ("g".into(), "K".into(), Some("ns".into()), "n".into())

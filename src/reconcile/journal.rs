@@ -81,10 +81,16 @@ impl Journal {
         let key = cr_key(ctx, current);
         let (dependent, scheduled) = ctx.settings.ledger.take(&key);
         let now = seen(current);
-        let before = ctx.settings.ledger.saw(key, now);
+        let before = ctx.settings.ledger.saw(key.clone(), now);
         let request = annotations::reconcile_request(current.annotations());
-        let manual =
-            request.as_ref().filter(|r| is_newer(&r.at, latest.as_ref().map(|l| l.started.as_str())));
+        // A request no run saw yet. The last record's start decides only after a restart: a run
+        // that started after the request was made may not have seen it.
+        let manual = request.as_ref().filter(|r| {
+            ctx.settings
+                .ledger
+                .serve_request(key.clone(), &r.at)
+                .unwrap_or_else(|| is_newer(&r.at, latest.as_ref().map(|l| l.started.as_str())))
+        });
         let observed = status::conditions_of(current)
             .iter()
             .filter(|c| {
