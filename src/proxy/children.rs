@@ -39,8 +39,9 @@ impl Children {
     }
 
     /// The run wrote `version` of a child: the owner's dependent watch does not run it for that.
+    /// Only a run whose children are watched is noted (a plan's never are).
     pub fn wrote(&self, grant: &Grant, version: Version) {
-        if let Some(dependents) = &self.dependents {
+        if let Some(dependents) = self.dependents.as_ref().filter(|_| grant.watch_dependents) {
             dependents.own_writes().wrote(&grant.owner.cr_key(), version);
         }
     }

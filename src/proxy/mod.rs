@@ -422,9 +422,7 @@ impl Proxy {
             (None, None) => info.resource.clone(),
         };
         let name = info.name.clone().or_else(|| object["metadata"]["name"].as_str().map(str::to_string));
-        if !grant.plan_only
-            && let Some(version) = Version::of(&answer["metadata"])
-        {
+        if let Some(version) = Version::of(&answer["metadata"]) {
             self.children.wrote(grant, version);
         }
         grant.touched(Touched {

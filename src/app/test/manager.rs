@@ -29,27 +29,27 @@ impl Stage<'_> {
     ) -> Result<(), String> {
         let mut objects = self.render(project).await?;
         objects.retain(|object| !["CustomResourceDefinition", "Namespace"].contains(&kind(object)));
-        let deployments: Vec<Value> =
-            objects.iter().filter(|object| kind(object) == "Deployment").cloned().collect();
-        if !deployments.iter().any(|deployment| !manager_containers(deployment).is_empty()) {
+        let mut given = 0;
+        for deployment in objects.iter_mut().filter(|object| kind(object) == "Deployment") {
+            for index in manager_containers(deployment) {
+                let container = &mut deployment["spec"]["template"]["spec"]["containers"][index];
+                container["image"] = json!(image);
+                container["imagePullPolicy"] = json!("IfNotPresent");
+                given += 1;
+            }
+        }
+        if given == 0 {
             return Err(format!(
                 "the project's overlay makes no Deployment with a container named `{MANAGER_CONTAINER}` to give {image}"
             ));
         }
-        for object in &mut objects {
-            if kind(object) == "Deployment" {
-                for index in manager_containers(object) {
-                    let container = &mut object["spec"]["template"]["spec"]["containers"][index];
-                    container["image"] = json!(image);
-                    container["imagePullPolicy"] = json!("IfNotPresent");
-                }
-            }
+        for object in &objects {
             until(timeout, || self.apply(object)).await?;
             if object["metadata"]["namespace"].is_null() {
                 self.deployed().push(object.clone());
             }
         }
-        for deployment in &deployments {
+        for deployment in objects.iter().filter(|object| kind(object) == "Deployment") {
             let available = json!({
                 "apiVersion": deployment["apiVersion"], "kind": "Deployment",
                 "metadata": {"name": deployment["metadata"]["name"]},
