@@ -119,6 +119,9 @@ pub struct Outcome {
     pub last_task_started: Option<String>,
     /// Tasks and handlers started so far.
     pub tasks_started: usize,
+    /// What the run's `set_stats` tasks set for the whole run (the stats event's `artifact_data`),
+    /// when they set anything: a conversion playbook's answer.
+    pub stats_data: Option<Map<String, Value>>,
 }
 
 impl Outcome {
@@ -128,6 +131,12 @@ impl Outcome {
             "playbook_on_stats" => {
                 self.stats = Some(stats(event));
                 self.hosts = host_counts(event);
+                self.stats_data = event
+                    .event_data
+                    .get("artifact_data")
+                    .and_then(Value::as_object)
+                    .filter(|data| !data.is_empty())
+                    .cloned();
             }
             "runner_on_failed" if counts_as_failure(event) => self.failures.push(failure(event, false)),
             "runner_on_unreachable" => self.failures.push(failure(event, true)),
@@ -348,6 +357,20 @@ mod tests {
                 completion: "2026-11-21T05:20:01.1234+00:00".into()
             })
         );
+    }
+
+    #[test]
+    fn what_set_stats_set_for_the_run_is_kept_when_it_set_anything() {
+        let mut event = stats_event();
+        event["event_data"]["artifact_data"] = json!({"objects": [{"a": 1}]});
+        assert_eq!(
+            fold(&[event]).stats_data,
+            Some(json!({"objects": [{"a": 1}]}).as_object().cloned().unwrap())
+        );
+        let mut empty = stats_event();
+        empty["event_data"]["artifact_data"] = json!({});
+        assert_eq!(fold(&[empty]).stats_data, None);
+        assert_eq!(fold(&[stats_event()]).stats_data, None);
     }
 
     #[test]

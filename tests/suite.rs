@@ -9,6 +9,7 @@ mod support;
 mod admission;
 mod api;
 mod console;
+mod conversion;
 mod core;
 mod deploy_manifests;
 mod endpoints;

@@ -1,9 +1,11 @@
 //! The `ValidatingWebhookConfiguration` the operator applies at start: one webhook per kind with
 //! `validate`, calling this operator's API server (by URL, or through a Service), trusting the
-//! serving certificate's CA. Built purely from the watches; applied with server-side apply.
+//! serving certificate's CA. Built purely from the watches; applied with server-side apply. And the
+//! `spec.conversion` it patches into the CRD of each kind with `convert`, calling the same server.
 
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -54,6 +56,46 @@ pub fn path(gvk: &Gvk) -> String {
     format!("/validate/{}/{}/{}", gvk.group, gvk.version, gvk.kind)
 }
 
+/// The path the conversion webhook of `group`'s `kind` is served at.
+pub fn conversion_path(group: &str, kind: &str) -> String {
+    format!("/convert/{group}/{kind}")
+}
+
+/// How the API server calls `path` at `endpoint`, trusting `ca_bundle` (base64 PEM).
+fn client_config(endpoint: &Endpoint, path: &str, ca_bundle: &str) -> Value {
+    let mut config = match endpoint {
+        Endpoint::Url { host, port } => json!({"url": format!("https://{host}:{port}{path}")}),
+        Endpoint::Service { namespace, name, port } => {
+            json!({"service": {"namespace": namespace, "name": name, "port": port, "path": path}})
+        }
+    };
+    config["caBundle"] = Value::from(ca_bundle);
+    config
+}
+
+/// A CRD's `spec.conversion` calling the conversion webhook of `group`'s `kind`; `ca_pem` is the CA
+/// bundle (PEM).
+pub fn conversion(group: &str, kind: &str, endpoint: &Endpoint, ca_pem: &[u8]) -> Value {
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    json!({
+        "strategy": "Webhook",
+        "webhook": {
+            "clientConfig": client_config(endpoint, &conversion_path(group, kind), &ca_bundle),
+            "conversionReviewVersions": ["v1"],
+        },
+    })
+}
+
+/// Sets `conversion` as the `spec.conversion` of the CRD `name` (a merge patch: the rest of the CRD
+/// is whoever installed it's).
+pub async fn patch_conversion(client: &Client, name: &str, conversion: &Value) -> Result<(), kubeapi::Error> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let patch = json!({"spec": {"conversion": conversion}});
+    let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    with_timeout(api.patch(name, &params, &Patch::Merge(&patch))).await?;
+    Ok(())
+}
+
 /// The configuration named `name` with one webhook per kind; `ca_pem` is the CA bundle (PEM). With
 /// `namespaces` (`WATCH_NAMESPACE`), a namespaced object is sent only from those: an operator does not
 /// judge the CRs it would never reconcile.
@@ -69,13 +111,7 @@ pub fn configuration(
         .iter()
         .map(|kind| {
             let gvk = &kind.gvk;
-            let mut client_config = match endpoint {
-                Endpoint::Url { host, port } => json!({"url": format!("https://{host}:{port}{}", path(gvk))}),
-                Endpoint::Service { namespace, name, port } => {
-                    json!({"service": {"namespace": namespace, "name": name, "port": port, "path": path(gvk)}})
-                }
-            };
-            client_config["caBundle"] = Value::from(ca_bundle.clone());
+            let client_config = client_config(endpoint, &path(gvk), &ca_bundle);
             let timeout = kind.validate.timeout.as_millis().div_ceil(1000) as u64;
             let mut webhook = json!({
                 "name": format!("{}.{}.{}", gvk.version, kind.plural, gvk.group).to_lowercase(),
@@ -161,6 +197,21 @@ mod tests {
         assert_eq!(
             webhook["clientConfig"],
             json!({"url": "https://127.0.0.1:8443/validate/infra.example.com/v1/KubernetesCluster", "caBundle": "UEVN"})
+        );
+    }
+
+    #[test]
+    fn a_converted_kinds_crd_calls_its_conversion_path_with_the_ca_bundle() {
+        let endpoint = Endpoint::Url { host: "127.0.0.1".into(), port: 8443 };
+        assert_eq!(
+            conversion("cache.example.com", "Memcached", &endpoint, b"PEM"),
+            json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"], "clientConfig":
+                {"url": "https://127.0.0.1:8443/convert/cache.example.com/Memcached", "caBundle": "UEVN"}}})
+        );
+        let endpoint = Endpoint::Service { namespace: "ops".into(), name: "op-api".into(), port: 8082 };
+        assert_eq!(
+            conversion("cache.example.com", "Memcached", &endpoint, b"PEM")["webhook"]["clientConfig"]["service"],
+            json!({"namespace": "ops", "name": "op-api", "port": 8082, "path": "/convert/cache.example.com/Memcached"})
         );
     }
 

@@ -4,9 +4,12 @@
 //! request with its message. Validation runs are not reconciles: no status, no run record, no
 //! reconcile metrics. Their proxy credential is a plan's: a playbook may read through it (to
 //! compare with other objects, say), every write is a server-side dry run, and what it reads from
-//! Secrets is masked in the message it denies with.
+//! Secrets is masked in the message it denies with. A watch's `convert` playbook answers the CRD's
+//! conversion webhook in the same lane ([`converter`]).
 
 pub mod configuration;
+pub mod conversion;
+pub mod converter;
 pub mod review;
 
 use std::path::PathBuf;
@@ -23,6 +26,7 @@ use crate::reconcile::{check_reserved, new_ident, plan_args, run_spec, unsafe_st
 use crate::run::{Acting, Door, Launch, Permit};
 use crate::vars;
 use crate::watches::Gvk;
+pub use converter::Converter;
 pub use review::{Request, Verdict};
 
 /// Runs the validations of the watched kinds that have one.

@@ -1,6 +1,8 @@
 //! `POST /validate/{group}/{version}/{kind}`: the validating webhook the API server calls with an
 //! `AdmissionReview` (no bearer token: the API server's call is not a user's; the answer only says
-//! allowed or why not). Every answer is an `AdmissionReview`; an error of ours denies. Whoever
+//! allowed or why not). Every answer is an `AdmissionReview`; an error of ours denies. And
+//! `POST /convert/{group}/{kind}`, the conversion webhook, answered with a `ConversionReview` that
+//! converts the objects it was sent or fails (it holds only what the caller sent). Whoever
 //! reaches the port may call it, so the [`Gate`] turns callers away before a body is read: without
 //! the client certificate `--webhook-client-ca` asks for, or beyond a client's rate.
 
@@ -17,7 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::State;
-use crate::admission::{Verdict, review};
+use crate::admission::{Verdict, conversion, review};
 use crate::http_server::Peer;
 use crate::watches::Gvk;
 
@@ -97,6 +99,35 @@ pub async fn validate(
         None => review::answer(
             &review::uid_of(&body),
             &Verdict::Denied(format!("the operator has no validate playbook for {gvk}")),
+        ),
+    })
+}
+
+/// The group and kind a conversion webhook converts.
+#[derive(Debug, Deserialize)]
+pub struct GroupKindPath {
+    group: String,
+    kind: String,
+}
+
+/// Runs the kind's convert playbook on the review and answers, unless the [`Gate`] turns the
+/// caller away.
+pub async fn convert(
+    Extract(state): Extract<Arc<State>>,
+    Path(path): Path<GroupKindPath>,
+    Extension(peer): Extension<Peer>,
+    body: Bytes,
+) -> Json<Value> {
+    let (group, kind) = (path.group, path.kind);
+    if let Some(refusal) = state.gate.refusal(&peer) {
+        tracing::info!(group, kind, client = %peer.address, refusal, "conversion review refused");
+        return Json(conversion::answer(&conversion::uid_of(&body), Err(refusal.to_string())));
+    }
+    Json(match &state.converter {
+        Some(converter) => converter.review(&group, &kind, &body).await,
+        None => conversion::answer(
+            &conversion::uid_of(&body),
+            Err(format!("the operator has no convert playbook for {kind}.{group}")),
         ),
     })
 }

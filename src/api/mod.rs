@@ -63,6 +63,8 @@ pub struct State {
     pub runner_dir: PathBuf,
     /// The validate playbooks' runner, when a watch has one.
     pub validator: Option<Arc<crate::admission::Validator>>,
+    /// The convert playbooks' runner, when a watch has one.
+    pub converter: Option<Arc<crate::admission::Converter>>,
     /// Who may call the webhook, and how often.
     pub gate: admission::Gate,
 }
@@ -165,6 +167,10 @@ fn router(state: Arc<State>) -> Router {
         .route(
             "/validate/{group}/{version}/{kind}",
             post(admission::validate).layer(DefaultBodyLimit::max(crate::admission::review::BODY_LIMIT)),
+        )
+        .route(
+            "/convert/{group}/{kind}",
+            post(admission::convert).layer(DefaultBodyLimit::max(crate::admission::conversion::BODY_LIMIT)),
         )
         .merge(console::routes())
         .fallback(|| async { Error::NotFound("no such endpoint".into()) })

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 
 use super::wiring::Wiring;
 use crate::access::Access;
-use crate::admission::{Validator, configuration};
+use crate::admission::{Converter, Validator, configuration};
 use crate::cli::RunArgs;
 use crate::controller::WatchController;
 use crate::health;
@@ -17,7 +17,9 @@ use crate::metrics;
 use crate::proxy::Proxy;
 use crate::proxy::dependents::Dependents;
 use crate::proxy::throttle::{Rate, Throttle};
+use crate::reconcile::inputs::Composer;
 use crate::runner;
+use crate::watches::Watch;
 use crate::{api, http_server, tls};
 
 /// The zap logger of these lines: `app`, as before they moved into this file.
@@ -77,6 +79,7 @@ pub(super) async fn serve_api(
     args: &RunArgs,
     wired: &Wiring,
     controllers: &[WatchController],
+    converting: &[Watch],
     proxy: &Arc<Proxy>,
 ) -> anyhow::Result<()> {
     let address = &args.api_bind_address;
@@ -89,11 +92,23 @@ pub(super) async fn serve_api(
             Some(configuration::Kind { gvk, plural, validate })
         })
         .collect();
+    // A kind's CRD is one for all its versions: its plural is the reconciling entry's.
+    let converted: Vec<(Arc<Composer>, String)> = converting
+        .iter()
+        .filter_map(|watch| {
+            let kind = kinds.iter().find(|kind| {
+                let gvk = &kind.composer.watch.gvk;
+                gvk.group == watch.gvk.group && gvk.kind == watch.gvk.kind
+            })?;
+            let composer = Composer { watch: watch.clone(), inputs: wired.settings.inputs() };
+            Some((Arc::new(composer), kind.resource.plural.clone()))
+        })
+        .collect();
     let Some(listener) =
         http_server::bind(address).await.with_context(|| format!("serve the API on {address}"))?
     else {
-        if !validated.is_empty() {
-            tracing::warn!(target: TARGET, "watches name validate playbooks but the API server is disabled (--api-bind-address=0): no validating webhook is served");
+        if !validated.is_empty() || !converted.is_empty() {
+            tracing::warn!(target: TARGET, "watches name validate or convert playbooks but the API server is disabled (--api-bind-address=0): no webhook is served");
         }
         return Ok(());
     };
@@ -108,9 +123,22 @@ pub(super) async fn serve_api(
             proxy.clone(),
         ))
     });
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+    let endpoint = webhook_endpoint(args, port);
+    for (composer, plural) in &converted {
+        let gvk = &composer.watch.gvk;
+        let conversion = configuration::conversion(&gvk.group, &gvk.kind, &endpoint, &tls.ca_pem);
+        patch_conversion(&wired.client, &format!("{plural}.{}", gvk.group), &conversion).await;
+    }
+    let converter = (!converted.is_empty()).then(|| {
+        Arc::new(Converter::new(
+            converted,
+            wired.settings.door.clone(),
+            args.runner_dir.clone(),
+            proxy.clone(),
+        ))
+    });
     if !validated.is_empty() {
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
-        let endpoint = webhook_endpoint(args, port);
         let config = configuration::configuration(
             &args.webhook_configuration_name,
             &validated,
@@ -128,6 +156,7 @@ pub(super) async fn serve_api(
         kinds,
         runner_dir: args.runner_dir.clone(),
         validator,
+        converter,
         gate: api::Gate::new(args.webhook_client_ca.is_some(), args.webhook_client_rate),
     };
     tokio::spawn(api::serve(listener, tls, Arc::new(state), wired.shutdown.clone()));
@@ -160,6 +189,20 @@ async fn apply_webhooks(client: &kube::Client, config: &serde_json::Value, name:
             name,
             error = %crate::logging::error_chain(&error),
             "could not apply the ValidatingWebhookConfiguration (the operator needs get and patch on it, and create unless it exists: `ansible-operator rbac` renders both): validate playbooks are not called"
+        ),
+    }
+}
+
+/// Sets the conversion webhook of the CRD `name`; without the right to (or on any error) warns and
+/// goes on: the API server then converts by changing `apiVersion` alone, as it did before.
+async fn patch_conversion(client: &kube::Client, name: &str, conversion: &serde_json::Value) {
+    match configuration::patch_conversion(client, name, conversion).await {
+        Ok(()) => tracing::info!(target: TARGET, crd = name, "set the CRD's conversion webhook"),
+        Err(error) => tracing::warn!(
+            target: TARGET,
+            crd = name,
+            error = %crate::logging::error_chain(&error),
+            "could not set the CRD's conversion webhook (the operator needs get and patch on it: `ansible-operator rbac` renders both): convert playbooks are not called"
         ),
     }
 }

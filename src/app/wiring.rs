@@ -157,13 +157,22 @@ pub(super) fn dependents(args: &RunArgs, wired: &Wiring) -> Option<Arc<Dependent
     Some(Dependents::new(wired.client.clone(), wired.namespaces.clone(), wired.ledger.clone(), selector))
 }
 
-/// One controller per watch, in the watches file's order.
+/// One controller per watch, in the watches file's order; of entries for several versions of one
+/// kind, only the newest version's reconciles (see [`crate::watches::one_per_kind`]).
 pub(super) async fn controllers(
     wired: &Wiring,
     watches: Vec<Watch>,
     proxy: &Arc<Proxy>,
     dependents: &Option<Arc<Dependents>>,
 ) -> anyhow::Result<Vec<WatchController>> {
+    let (watches, others) = crate::watches::one_per_kind(watches);
+    for (watch, version) in others {
+        tracing::info!(
+            target: TARGET,
+            kind = %watch.gvk, reconciled_as = %version,
+            "this entry does not reconcile: its kind's objects are reconciled once, by the entry of its newest version"
+        );
+    }
     let mut controllers = Vec::new();
     for watch in watches {
         let controller = WatchController::new(

@@ -352,6 +352,20 @@ fn operator_rules(manager: &mut Grants, kinds: &[Kind], settings: &Settings, war
             "validate: the operator's own ValidatingWebhookConfiguration (webhook_configuration.yaml), patched at start with server-side apply; never another",
         );
     }
+    let converted: Vec<String> = kinds
+        .iter()
+        .filter(|kind| kind.watch.extensions.convert.is_some())
+        .map(|kind| format!("{}.{}", kind.info.plural, kind.watch.gvk.group))
+        .collect();
+    if !converted.is_empty() {
+        let mut rule = policy(&["apiextensions.k8s.io"], &["customresourcedefinitions"], &["get", "patch"]);
+        rule.resource_names = Some(converted);
+        manager.add(
+            Place::Cluster,
+            rule,
+            "convert: the CRDs of the kinds with a convert playbook, whose spec.conversion is patched at start to call the operator; no other CRD",
+        );
+    }
 }
 
 /// The kinds a watch's runs may create are watched by the operator for their owners: list and
@@ -904,6 +918,26 @@ mod tests {
         assert!(configuration.get("webhooks").is_none(), "{configuration}");
         let without = render(&watches(APP), &Kinds::default(), &settings(&[], false));
         assert!(!format!("{without:?}").contains("validatingwebhookconfigurations"));
+    }
+
+    #[test]
+    fn convert_grants_get_and_patch_on_the_kinds_own_crd_by_name_only() {
+        let rendered = render(
+            &watches(&APP.replace("permissions:", "convert: playbooks/etcdbackup.yml, permissions:")),
+            &Kinds::default(),
+            &settings(&[], false),
+        );
+        let all = roles(&rendered);
+        let cluster = find(&all, "ClusterRole", "ansible-operator-manager-cluster", "");
+        assert!(
+            has(
+                cluster,
+                json!({"apiGroups": ["apiextensions.k8s.io"], "resourceNames": ["apps.apps.example.com"], "resources": ["customresourcedefinitions"], "verbs": ["get", "patch"]})
+            ),
+            "{cluster:?}"
+        );
+        let without = render(&watches(APP), &Kinds::default(), &settings(&[], false));
+        assert!(!format!("{without:?}").contains("customresourcedefinitions"));
     }
 
     #[test]

@@ -206,12 +206,24 @@ pub enum Error {
         /// The value as written.
         value: String,
     },
-    /// `precheck` or `validate` names neither a playbook nor a role.
+    /// Two entries of one group and kind name a `convert` playbook: the kind has one conversion.
+    #[error("{at}: field \"convert\": entry {first} already names the conversion of {group}/{kind}")]
+    DuplicateConvert {
+        /// The later entry.
+        at: Box<EntryRef>,
+        /// The number of the earlier entry.
+        first: usize,
+        /// The group.
+        group: String,
+        /// The kind.
+        kind: String,
+    },
+    /// `precheck`, `validate` or `convert` names neither a playbook nor a role.
     #[error("{at}: field {field:?}: must be a playbook path or a mapping with playbook or role")]
     PrecheckTarget {
         /// The entry.
         at: Box<EntryRef>,
-        /// `precheck` or `validate`.
+        /// `precheck`, `validate` or `convert`.
         field: &'static str,
     },
     /// `validateFailurePolicy` is neither `Fail` nor `Ignore`.

@@ -1,7 +1,7 @@
 //! This project's watch keys (`inventory`, `sshKeySecret`, `hostKeyChecking`, `precheck`,
 //! `executor`, `runHistoryLimit`, `trustCRTemplates`, `trustCRVariables`, `runTimeout`,
 //! `readyConditions`, `watchReadResources`, `validate`, `validateFailurePolicy`, `validateTimeout`,
-//! `permissions`, `watchFields`, `fieldSelector`, `statusProgress`): read,
+//! `convert`, `permissions`, `watchFields`, `fieldSelector`, `statusProgress`): read,
 //! type-checked and, for templates, parsed at load so a typo stops start-up.
 
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::executor_mode::Executor;
 use crate::{go_duration, template};
 
 /// Keys this project adds beyond upstream's.
-pub(super) const KEYS: [&str; 18] = [
+pub(super) const KEYS: [&str; 19] = [
     "inventory",
     "sshKeySecret",
     "hostKeyChecking",
@@ -31,6 +31,7 @@ pub(super) const KEYS: [&str; 18] = [
     "validate",
     "validateFailurePolicy",
     "validateTimeout",
+    "convert",
     "permissions",
     "watchFields",
     "fieldSelector",
@@ -67,6 +68,7 @@ pub(super) fn read(
     };
     let precheck = target_key(fields, "precheck", at, env, unknown)?;
     let validate = validate(fields, at, env, unknown)?;
+    let convert = target_key(fields, "convert", at, env, unknown)?;
     let executor = match fields.string("executor").map_err(|e| e.at(at))?.as_deref() {
         None => None,
         Some("warm") => Some(Executor::Warm),
@@ -89,6 +91,7 @@ pub(super) fn read(
         host_key_checking,
         precheck,
         validate,
+        convert,
         executor,
         run_history_limit,
         trust_cr_templates,
@@ -114,6 +117,7 @@ fn target_key(
 ) -> Result<Option<Target>, Error> {
     let names = match key {
         "validate" => ("validate.playbook", "validate.role"),
+        "convert" => ("convert.playbook", "convert.role"),
         _ => ("precheck.playbook", "precheck.role"),
     };
     match fields.raw(key) {

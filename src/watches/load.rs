@@ -34,6 +34,7 @@ pub fn parse(text: &str, file: &Path, defaults: &Defaults, env: &Environment) ->
     };
 
     let mut seen: HashMap<Gvk, usize> = HashMap::new();
+    let mut converted: HashMap<(String, String), usize> = HashMap::new();
     let mut loaded = Loaded { watches: Vec::with_capacity(items.len()), warnings: Vec::new() };
     for (index, item) in items.into_iter().enumerate() {
         let entry = entry::read(file, index + 1, item)?;
@@ -41,7 +42,14 @@ pub fn parse(text: &str, file: &Path, defaults: &Defaults, env: &Environment) ->
             return Err(Error::DuplicateGvk { at: entry.at().boxed(), first: *first });
         }
         seen.insert(entry.gvk().clone(), index + 1);
+        let at = entry.at().boxed();
         let (watch, warnings) = entry.into_watch(defaults, env)?;
+        if watch.extensions.convert.is_some() {
+            let (group, kind) = (watch.gvk.group.clone(), watch.gvk.kind.clone());
+            if let Some(first) = converted.insert((group.clone(), kind.clone()), index + 1) {
+                return Err(Error::DuplicateConvert { at, first, group, kind });
+            }
+        }
         loaded.watches.push(watch);
         loaded.warnings.extend(warnings);
     }

@@ -23,6 +23,7 @@ pub mod permissions;
 pub(crate) mod selector;
 #[cfg(test)]
 mod test_support;
+mod versions;
 mod watch;
 
 #[cfg(test)]
@@ -35,6 +36,7 @@ pub use filters::WatchFields;
 pub use gvk::Gvk;
 pub use load::{load, parse};
 pub use namespaces::watch_namespaces;
+pub use versions::one_per_kind;
 pub use watch::{
     Defaults, Extensions, FailurePolicy, Finalizer, HostKeyChecking, Loaded, Target, Validate, Watch,
 };

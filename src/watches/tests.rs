@@ -459,6 +459,27 @@ fn validate_is_resolved_like_precheck_and_defaults_to_fail_within_five_seconds()
 }
 
 #[test]
+fn convert_is_resolved_like_validate_and_one_entry_of_a_kind_may_name_it() {
+    let (dir, env) = project();
+    let watch = one(&memcached("  role: memcached\n  convert: {role: memcached}\n"), &env);
+    assert_eq!(watch.extensions.convert, Some(Target::Role(dir.path().join("roles/memcached"))));
+    assert_eq!(one(&memcached("  role: memcached\n"), &env).extensions.convert, None);
+    let two = format!(
+        "{}- {{group: cache.example.com, version: v1beta1, kind: Memcached, role: memcached, convert: playbook.yml}}\n",
+        memcached("  role: memcached\n  convert: playbook.yml\n")
+    );
+    let err = parse_err(&two, &env);
+    assert!(
+        err.ends_with(
+            "field \"convert\": entry 1 already names the conversion of cache.example.com/Memcached"
+        ),
+        "{err}"
+    );
+    let err = parse_err(&memcached("  role: memcached\n  convert: {playbook: missing.yml}\n"), &env);
+    assert!(err.contains("field \"convert.playbook\": playbook"), "{err}");
+}
+
+#[test]
 fn a_bad_validate_key_stops_the_load_naming_field_and_value() {
     let (dir, env) = project();
     let err = parse_err(&memcached("  role: memcached\n  validate: {playbook: missing.yml}\n"), &env);

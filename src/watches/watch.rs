@@ -51,6 +51,9 @@ pub struct Extensions {
     pub precheck: Option<Target>,
     /// `validate`: an admission playbook run in check mode on each CREATE and UPDATE of this kind.
     pub validate: Option<Validate>,
+    /// `convert`: a conversion playbook run in check mode for each `ConversionReview` of this
+    /// group and kind (one entry of a kind at most has one).
+    pub convert: Option<Target>,
     /// `executor`: `warm` or `cold` for this kind; `None` follows `--ansible-executor`.
     pub executor: Option<crate::executor_mode::Executor>,
     /// `runHistoryLimit`: run records kept per CR of this kind (0: none); `None` follows
