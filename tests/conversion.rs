@@ -2,7 +2,9 @@
 //! (stored) and `v1beta1`, watched in both versions, the `v1beta1` entry naming `convert:`. The
 //! operator sets the CRD's conversion webhook to call it; the API server itself then calls the
 //! playbook to read a stored object as `v1beta1` and to store what is written as `v1beta1`; only
-//! the newest version's entry reconciles.
+//! the newest version's entry reconciles. Forged reviews sent straight to the webhook, holding the
+//! injection corpus in every string, come back converted with each string as written, and nothing
+//! in them runs; reviews of another group or kind are refused before anything runs.
 
 use crate::support;
 
@@ -76,8 +78,9 @@ async fn a_convert_playbook_answers_the_api_servers_conversions_and_one_version_
     let ns = support::TestNamespace::new(&client, "conversion").await;
     let _crd = Crd;
     support::install_crd(&client, &crd()).await;
+    let port = support::free_port();
     let operator = OperatorConfig::new(&watches(), &ns.name)
-        .arg("--api-bind-address=127.0.0.1:0")
+        .arg(format!("--api-bind-address=127.0.0.1:{port}"))
         .arg("--webhook-host=127.0.0.1")
         .start();
 
@@ -161,4 +164,82 @@ async fn a_convert_playbook_answers_the_api_servers_conversions_and_one_version_
     let deleted =
         support::kubectl(["delete", &format!("shards.v1alpha1.{GROUP}"), "negative", "-n", &ns.name]);
     assert!(deleted.status.success(), "{}", support::describe_output(&deleted));
+
+    forged_reviews(port, &ns.name);
+}
+
+/// The injection corpus, each `MARKER` a file of its own in `markers`.
+fn payloads(markers: &std::path::Path) -> Vec<String> {
+    let path = support::operator::fixtures().join("corpora/injection.json");
+    let corpus: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the corpus")).expect("JSON");
+    let payloads = corpus["payloads"].as_array().expect("payloads");
+    let marker = |i: usize| markers.join(i.to_string()).display().to_string();
+    payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| p.as_str().expect("a string").replace("MARKER", &marker(i)))
+        .collect()
+}
+
+/// Reviews anyone who reaches the port may send: the corpus converts to itself, verbatim, and runs
+/// nowhere; a review of another group or kind is refused naming the field.
+fn forged_reviews(port: u16, namespace: &str) {
+    let api = support::api::ApiServer::localhost(port, None);
+    let markers = scratch_dir(&format!("{namespace}-markers"));
+    let payloads = payloads(&markers);
+    let objects: Vec<Value> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, payload)| {
+            json!({"apiVersion": format!("{GROUP}/v1alpha1"), "kind": KIND,
+                   "metadata": {"name": format!("p{i}"), "namespace": namespace, "labels": {"payload": payload}},
+                   "spec": {"size": payload}})
+        })
+        .collect();
+    let review = |desired: &str, objects: &[Value]| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+               "request": {"uid": "forged", "desiredAPIVersion": desired, "objects": objects}})
+    };
+    let path = format!("/convert/{GROUP}/{KIND}");
+    let reply =
+        api.request_with_body("POST", &path, None, Some(&review(&format!("{GROUP}/v1beta1"), &objects)));
+    let response = &reply.body["response"];
+    assert_eq!(response["uid"], "forged", "{}", reply.body);
+    assert_eq!(response["result"]["status"], "Success", "{}", reply.body);
+    let converted = response["convertedObjects"].as_array().expect("converted objects");
+    assert_eq!(converted.len(), payloads.len());
+    for (object, payload) in converted.iter().zip(&payloads) {
+        assert_eq!(object["spec"], json!({"replicas": payload}), "converted as written");
+        assert_eq!(object["metadata"]["labels"]["payload"], json!(payload));
+        assert_eq!(object["apiVersion"], format!("{GROUP}/v1beta1"));
+    }
+    assert_eq!(std::fs::read_dir(&markers).map(|d| d.count()).unwrap_or(0), 0, "a payload ran");
+
+    let refusals = [
+        (
+            format!("/convert/{GROUP}/{KIND}"),
+            review("apps/v1", &objects[..1]),
+            "request.desiredAPIVersion \"apps/v1\"",
+        ),
+        (
+            format!("/convert/{GROUP}/Secret"),
+            review(&format!("{GROUP}/v1beta1"), &objects[..1]),
+            "no convert playbook for Secret",
+        ),
+        (
+            format!("/convert/{GROUP}/{KIND}"),
+            review(
+                &format!("{GROUP}/v1beta1"),
+                &[json!({"apiVersion": "v1", "kind": KIND, "metadata": {"name": "x"}})],
+            ),
+            "request.objects[0].apiVersion \"v1\"",
+        ),
+    ];
+    for (path, review, expected) in refusals {
+        let reply = api.request_with_body("POST", &path, None, Some(&review));
+        let result = &reply.body["response"]["result"];
+        assert_eq!(result["status"], "Failure", "{path}: {}", reply.body);
+        assert!(result["message"].as_str().unwrap_or_default().contains(expected), "{path}: {}", reply.body);
+    }
 }

@@ -76,10 +76,11 @@ async fn serve(
     tokio::spawn(wired.history.clone().recheck(wired.shutdown.clone()));
     let dependents = wiring::dependents(args, wired);
     let proxy = servers::serve_proxy(args, wired, dependents.clone()).await?;
-    let converting: Vec<Watch> = watches.iter().filter(|w| w.extensions.convert.is_some()).cloned().collect();
+    let admits = |watch: &&Watch| watch.extensions.validate.is_some() || watch.extensions.convert.is_some();
+    let admitting: Vec<Watch> = watches.iter().filter(admits).cloned().collect();
     let controllers = wiring::controllers(wired, watches, &proxy, &dependents).await?;
     built(controllers.iter().map(|controller| controller.kind()).collect());
-    servers::serve_api(args, wired, &controllers, &converting, &proxy).await?;
+    servers::serve_api(args, wired, &controllers, &admitting, &proxy).await?;
     if args.max_runner_artifacts_total > 0 {
         tokio::spawn(servers::prune_artifacts(args.runner_dir.clone(), args.max_runner_artifacts_total));
     }

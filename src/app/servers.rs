@@ -79,21 +79,14 @@ pub(super) async fn serve_api(
     args: &RunArgs,
     wired: &Wiring,
     controllers: &[WatchController],
-    converting: &[Watch],
+    admitting: &[Watch],
     proxy: &Arc<Proxy>,
 ) -> anyhow::Result<()> {
     let address = &args.api_bind_address;
     let kinds: Vec<api::Kind> = controllers.iter().map(WatchController::kind).collect();
-    let validated: Vec<configuration::Kind> = kinds
-        .iter()
-        .filter_map(|kind| {
-            let validate = kind.composer.watch.extensions.validate.clone()?;
-            let (gvk, plural) = (kind.composer.watch.gvk.clone(), kind.resource.plural.clone());
-            Some(configuration::Kind { gvk, plural, validate })
-        })
-        .collect();
-    // A kind's CRD is one for all its versions: its plural is the reconciling entry's.
-    let converted: Vec<(Arc<Composer>, String)> = converting
+    // The entries with `validate` or `convert`, reconciling or not: a kind's CRD is one for all its
+    // versions, so its plural is the reconciling entry's.
+    let admitted: Vec<(Arc<Composer>, String)> = admitting
         .iter()
         .filter_map(|watch| {
             let kind = kinds.iter().find(|kind| {
@@ -104,10 +97,19 @@ pub(super) async fn serve_api(
             Some((Arc::new(composer), kind.resource.plural.clone()))
         })
         .collect();
+    let validated: Vec<configuration::Kind> = admitted
+        .iter()
+        .filter_map(|(composer, plural)| {
+            let validate = composer.watch.extensions.validate.clone()?;
+            Some(configuration::Kind { gvk: composer.watch.gvk.clone(), plural: plural.clone(), validate })
+        })
+        .collect();
+    let converted: Vec<&(Arc<Composer>, String)> =
+        admitted.iter().filter(|(composer, _)| composer.watch.extensions.convert.is_some()).collect();
     let Some(listener) =
         http_server::bind(address).await.with_context(|| format!("serve the API on {address}"))?
     else {
-        if !validated.is_empty() || !converted.is_empty() {
+        if !admitted.is_empty() {
             tracing::warn!(target: TARGET, "watches name validate or convert playbooks but the API server is disabled (--api-bind-address=0): no webhook is served");
         }
         return Ok(());
@@ -115,14 +117,9 @@ pub(super) async fn serve_api(
     let tls =
         tls::server(args.api_cert_dir.as_deref(), &certificate_names(), args.webhook_client_ca.as_deref())
             .context("the API's TLS certificate")?;
-    let validator = (!validated.is_empty()).then(|| {
-        Arc::new(Validator::new(
-            kinds.iter().map(|kind| (kind.composer.clone(), kind.resource.plural.clone())),
-            wired.settings.door.clone(),
-            args.runner_dir.clone(),
-            proxy.clone(),
-        ))
-    });
+    let (door, runner_dir) = (&wired.settings.door, &args.runner_dir);
+    let validator = (!validated.is_empty())
+        .then(|| Arc::new(Validator::new(admitted.clone(), door.clone(), runner_dir.clone(), proxy.clone())));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let endpoint = webhook_endpoint(args, port);
     for (composer, plural) in &converted {
@@ -130,14 +127,8 @@ pub(super) async fn serve_api(
         let conversion = configuration::conversion(&gvk.group, &gvk.kind, &endpoint, &tls.ca_pem);
         patch_conversion(&wired.client, &format!("{plural}.{}", gvk.group), &conversion).await;
     }
-    let converter = (!converted.is_empty()).then(|| {
-        Arc::new(Converter::new(
-            converted,
-            wired.settings.door.clone(),
-            args.runner_dir.clone(),
-            proxy.clone(),
-        ))
-    });
+    let converter = (!converted.is_empty())
+        .then(|| Arc::new(Converter::new(admitted, door.clone(), runner_dir.clone(), proxy.clone())));
     if !validated.is_empty() {
         let config = configuration::configuration(
             &args.webhook_configuration_name,
