@@ -59,6 +59,9 @@ install-ansible-next: ## Create .venv-2.19 with the newer toolchain (ansible-cor
 install-ssh: ## Install the pinned openssh-server for the SSH test hosts (needs root)
 	hack/test-hosts.sh install
 
+install-jaeger: ## Build (once, cached) and link the pinned Jaeger v2 backend the traces test sends to
+	hack/install-jaeger.sh
+
 install-browser: ## Install the pinned headless Chromium and chromedriver the console's test drives (root)
 	hack/install-browser.sh
 
@@ -108,7 +111,7 @@ lint: ## rustfmt and clippy, warnings are errors
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 
-test: install install-ansible-next install-browser lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain and the KubernetesCluster test
+test: install install-ansible-next install-browser install-jaeger lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain and the KubernetesCluster test
 	@status=0; \
 	echo "make test: $$(date +%T): installed and linted; the cluster, its hosts, the image and the test lanes follow"; \
 	mkdir -p target/test-lanes; \

@@ -89,7 +89,7 @@ for pass in "${passes[@]}"; do
       warm=(
         "lib module_graph ssh security_inventory etcd_cluster"
         "operations deploy_manifests proxy ownership leader endpoints node pod_modules injection"
-        "executor core extra_vars security_vars finalizers modes requeue samples status_and_filters toolchain watches_errors harness faults pause ready_conditions read_set admission conversion"
+        "executor core extra_vars security_vars finalizers modes requeue samples status_and_filters toolchain watches_errors harness faults pause ready_conditions read_set admission conversion traces"
         "history proposed_permissions events api console storm startup_resync security_access replay secrets_masked plan plan_dry_run"
         "etcd_restore python least_privilege test_command"
       )

@@ -40,6 +40,7 @@ pub mod runner;
 pub mod scenario;
 pub mod sharding;
 pub mod status;
+pub mod telemetry;
 pub mod template;
 pub mod tls;
 pub mod toolchain;

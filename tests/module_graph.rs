@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["executor", "history"],
     &["metrics", "recorder", "outcome", "watches"],
     &["logging", "access", "decoded", "http_server", "tls", "scenario"],
+    &["telemetry"],
     &[
         "job_event",
         "executor_mode",

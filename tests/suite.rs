@@ -55,4 +55,5 @@ mod status_and_filters;
 mod storm;
 mod test_command;
 mod toolchain;
+mod traces;
 mod watches_errors;

@@ -60,6 +60,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (wired, watches) = wiring::wire(&args).await?;
     let result = serve(&args, &wired, watches, |_| {}).await;
     wired.launcher.stop().await;
+    tokio::task::spawn_blocking(crate::telemetry::shutdown).await.ok();
     result
 }
 

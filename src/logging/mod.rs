@@ -6,7 +6,10 @@ mod zap_json;
 pub use flags::{LogArgs, LogEncoder};
 pub use zap_json::ZapJsonLayer;
 
+use tracing::Level;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -33,12 +36,25 @@ where
         .unwrap_or_else(|_| EnvFilter::new(format!("{level},kube_runtime::watcher=error")));
     let encoder =
         args.zap_encoder.unwrap_or(if args.zap_devel { LogEncoder::Console } else { LogEncoder::Json });
-    let registry = tracing_subscriber::registry().with(filter);
+    // Traces (opt-in) carry only this crate's spans and events, whatever the log level lets through.
+    let (traces, traces_error) = match crate::telemetry::wanted().then(crate::telemetry::layer) {
+        Some(Ok(layer)) => {
+            (Some(layer.with_filter(Targets::new().with_target("ansible_operator", Level::TRACE))), None)
+        }
+        Some(Err(error)) => (None, Some(error)),
+        None => (None, None),
+    };
+    let registry = tracing_subscriber::registry().with(traces).with(filter);
     // Fails only when a subscriber is already installed (tests, embedding); that one keeps working.
     let _ = match encoder {
         LogEncoder::Json => registry.with(ZapJsonLayer::new(writer)).try_init(),
         LogEncoder::Console => registry.with(tracing_subscriber::fmt::layer().with_writer(writer)).try_init(),
     };
+    if let Some(error) = traces_error {
+        tracing::warn!(%error, "traces are off");
+    } else if crate::telemetry::enabled() {
+        tracing::info!("sending traces over OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT)");
+    }
 }
 
 /// Maps a zap level (`debug`, `info`, `error`, or a verbosity integer) to a tracing level.

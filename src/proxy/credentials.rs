@@ -35,6 +35,8 @@ pub struct Grant {
     pub rights: Arc<Rights>,
     /// The run's own rate limit bucket (`--proxy-qps-per-run`), made on its first request.
     pub bucket: RunBucket,
+    /// The run's span, the parent of its requests' (empty when traces are off).
+    pub trace: opentelemetry::Context,
 }
 
 /// Writes of one run recorded (for the run history); later ones are dropped.
@@ -58,6 +60,7 @@ impl Grant {
             plan_only: true,
             rights,
             bucket: RunBucket::new(),
+            trace: opentelemetry::Context::new(),
         }
     }
 
@@ -177,6 +180,7 @@ mod tests {
             plan_only: false,
             rights: Arc::default(),
             bucket: RunBucket::new(),
+            trace: opentelemetry::Context::new(),
         }
     }
 

@@ -37,6 +37,7 @@ use kube::Client;
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use children::Children;
 use classify::{Handling, Settle, classify, classify_plan, settle};
@@ -194,13 +195,16 @@ impl Proxy {
             );
             return refused.response();
         }
-        match self.forward(request, &grant).await {
+        let span = crate::telemetry::request_span(&grant.trace, method.as_str(), &path);
+        let response = match self.forward(request, &grant).instrument(span.clone()).await {
             Ok(response) => response,
             Err(error) => {
                 tracing::warn!(%method, path, error = %error, "proxy request failed");
                 status(StatusCode::BAD_GATEWAY, "ServiceUnavailable", &error.to_string())
             }
-        }
+        };
+        span.record("http.response.status_code", response.status().as_u16());
+        response
     }
 
     /// Forwards a request; an answer about Secrets is asked for as JSON and tapped on its way to the

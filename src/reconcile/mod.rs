@@ -76,6 +76,7 @@ pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action,
         name = cached.name_any(),
         job = %ident,
     );
+    crate::telemetry::continue_trace(&span, cached.annotations());
     // Taken first: a reconcile that stops before it runs gives the slot back.
     let held = ctx.slots.take_held(&key);
     if let Some(membership) = ctx.settings.sharding.as_ref().filter(|m| m.draining(cached.labels())) {

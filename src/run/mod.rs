@@ -12,6 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::history::live::Registration;
 use crate::history::{Read, Touched};
@@ -37,6 +39,15 @@ pub enum Lane {
 }
 
 impl Lane {
+    /// Its name in traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Reconcile => "reconcile",
+            Lane::Plan => "plan",
+            Lane::Validation => "validation",
+        }
+    }
+
     /// Whether this lane's runs must write nothing.
     pub fn dry_run(self) -> bool {
         self != Lane::Reconcile
@@ -236,6 +247,8 @@ impl Door {
             },
             Lane::Plan | Lane::Validation => Grant::plan(owner, rights),
         };
+        let span = crate::telemetry::run_span(lane.as_str(), &spec.ident);
+        let grant = Grant { trace: span.context(), ..grant };
         if lane.dry_run() {
             spec.env_removed =
                 cluster_environment(std::env::vars_os().filter_map(|(name, _)| name.into_string().ok()));
@@ -258,7 +271,7 @@ impl Door {
                 Ok(path) => path,
                 Err(source) => return unwritten(spec.dir, source),
             };
-        let report = runner::run(&self.runner, &spec, live, &issued.grant.secrets).await;
+        let report = runner::run(&self.runner, &spec, live, &issued.grant.secrets).instrument(span).await;
         let ran = Ran { report, writes: issued.grant.writes(), reads: issued.grant.read_set() };
         drop(issued);
         drop(own_run);

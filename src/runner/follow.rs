@@ -31,6 +31,8 @@ pub struct Follower {
     pub transcript: Option<String>,
     /// Masks each line as it comes, so that nothing downstream sees a secret value.
     masker: Masker,
+    /// The run's span, under which each task ends as a span of its own (when traces are on).
+    pub trace: opentelemetry::Context,
 }
 
 impl Follower {
@@ -41,6 +43,7 @@ impl Follower {
             output: VecDeque::new(),
             transcript: debug_logs.then(String::new),
             masker,
+            trace: opentelemetry::Context::new(),
         }
     }
 
@@ -65,6 +68,7 @@ impl Follower {
                     push_bounded(&mut self.output, strip_ansi(event.stdout.trim_end()));
                 }
                 self.outcome.observe(&event);
+                crate::telemetry::task(&self.trace, &event);
                 Step { live, event: Some(event) }
             }
             Line::Text(text) => {

@@ -230,6 +230,9 @@ pub async fn run(
     let stderr = std::mem::replace(&mut started.stderr, Box::new(tokio::io::empty()));
 
     let mut follower = follow::Follower::new(settings.debug_logs, Masker::new(secrets.clone()));
+    if crate::telemetry::enabled() {
+        follower.trace = tracing_opentelemetry::OpenTelemetrySpanExt::context(&tracing::Span::current());
+    }
     let mut stderr_masker = Masker::new(secrets.clone());
     let mut logger = log_events::Logger::new(settings);
     let mut stderr_lines = VecDeque::new();
