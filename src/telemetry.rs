@@ -2,7 +2,8 @@
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set: a span per reconcile (its parent the W3C
 //! `traceparent` in the CR's [`TRACEPARENT`] annotation, when it holds one), per run, per task (from
 //! the run's events, with their own start and end) and per API request a run makes through the
-//! proxy. Off, none of these spans is made. Spans carry the CR's identity, never its spec.
+//! proxy. Off, nothing is exported and no run, task or request span is made. Spans carry the CR's
+//! identity, never its spec.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
