@@ -3,7 +3,8 @@
 //! carries [`MARKER`] in its environment, naming the operator instance that started it: its pid and
 //! that process's start time, so a reused pid is not mistaken for the old operator. At start, the
 //! operator ends every marked process whose instance is gone; runs of other live operators on the
-//! same machine are left alone. Each run's processes also carry [`RUN_MARKER`] with the run's ident,
+//! same machine are left alone, and so is every process of another pid namespace (a container's,
+//! seen from the host: the pid in its marker means nothing here). Each run's processes also carry [`RUN_MARKER`] with the run's ident,
 //! so what a run whose playbook was killed leaves behind (orphans the kernel handed to init) can be
 //! found and ended too.
 
@@ -44,6 +45,7 @@ pub fn end_run(ident: &str) -> Vec<u32> {
 fn end_marked(variable: &str, matches: impl Fn(&str) -> bool) -> Vec<u32> {
     let proc = Path::new("/proc");
     let me = std::process::id();
+    let here = pid_namespace("self");
     let Ok(entries) = std::fs::read_dir(proc) else {
         return Vec::new();
     };
@@ -51,6 +53,7 @@ fn end_marked(variable: &str, matches: impl Fn(&str) -> bool) -> Vec<u32> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
+        .filter(|pid| pid_namespace(&pid.to_string()).is_some_and(|ns| Some(&ns) == here.as_ref()))
         .filter(|pid| {
             let environ = std::fs::read(proc.join(pid.to_string()).join("environ")).unwrap_or_default();
             marked(&environ, variable).is_some_and(|value| matches(&value))
@@ -62,6 +65,11 @@ fn end_marked(variable: &str, matches: impl Fn(&str) -> bool) -> Vec<u32> {
         }
     }
     ended
+}
+
+/// The pid namespace of `/proc/<process>` (`pid:[<inode>]`), when it can be read.
+fn pid_namespace(process: &str) -> Option<std::path::PathBuf> {
+    std::fs::read_link(Path::new("/proc").join(process).join("ns/pid")).ok()
 }
 
 /// The value a process's `/proc/<pid>/environ` gives `variable`, if it sets it.
@@ -141,6 +149,31 @@ mod tests {
         assert!(ours.try_wait().unwrap().is_none(), "still running");
         ours.kill().unwrap();
         ours.wait().unwrap();
+    }
+
+    #[test]
+    fn a_process_of_another_pid_namespace_is_left_alone_whatever_its_marker_says() {
+        // A container's run, seen from the host: its own pid namespace, a marker whose pid is gone here.
+        let mut elsewhere = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "env", &format!("{MARKER}=4194304.1"), "sleep", "600"])
+            .spawn()
+            .unwrap();
+        let sleeper = (0..200)
+            .find_map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                let children =
+                    std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", elsewhere.id()));
+                children.ok()?.split_whitespace().next()?.parse::<u32>().ok()
+            })
+            .expect("unshare started sleep in a new pid namespace (needs root)");
+        exec_done(sleeper, MARKER);
+        assert_ne!(pid_namespace(&sleeper.to_string()), pid_namespace("self"));
+        let ended = end_orphans();
+        assert!(!ended.contains(&sleeper), "a process of another pid namespace was ended: {ended:?}");
+        assert!(std::path::Path::new(&format!("/proc/{sleeper}")).exists(), "still runs");
+        elsewhere.kill().unwrap();
+        elsewhere.wait().unwrap();
+        let _ = kill(Pid::from_raw(i32::try_from(sleeper).unwrap()), Signal::SIGKILL);
     }
 
     #[test]
