@@ -69,11 +69,8 @@ struct RawRequest<'a> {
     objects: Vec<&'a RawValue>,
 }
 
-/// The `request.uid` of a body, when it can be read at all: the answer to a body that is not a
-/// review still echoes it.
-pub fn uid_of(body: &[u8]) -> String {
-    super::review::uid_of(body)
-}
+/// The `request.uid` of a body (a ConversionReview's is where an AdmissionReview's is).
+pub use super::review::uid_of;
 
 impl Request {
     /// Reads a `ConversionReview` body for `group`'s `kind`: the desired version one of that group,

@@ -6,20 +6,16 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
-use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
+use super::check_run::{Check, CheckRuns};
 use super::conversion::{self, Request};
-use crate::proxy::Proxy;
-use crate::proxy::owner::Owner;
 use crate::reconcile::inputs::Composer;
-use crate::reconcile::{new_ident, plan_args, run_spec, unsafe_strings};
-use crate::run::{Acting, Door, Launch, Permit};
+use crate::reconcile::unsafe_strings;
+use crate::run::Permit;
 use crate::vars;
 
 /// Longest one conversion may take: the API server waits 30s for a conversion webhook, and a
@@ -69,12 +65,8 @@ impl Answers {
 pub struct Converter {
     /// The composers of the entries with `convert`, with their resource (plural).
     kinds: Vec<(Arc<Composer>, String)>,
-    /// The door runs go through: a conversion takes a permit of the validation lane there.
-    door: Arc<Door>,
-    /// Where conversion runs' directories are made (`<runner dir>/.admission/<ident>`).
-    root: PathBuf,
-    /// The API proxy, which issues each run its dry-run credential.
-    proxy: Arc<Proxy>,
+    /// Where conversions run: the door's validation lane, with a dry-run credential.
+    runs: CheckRuns,
     /// Recent answers.
     answers: Answers,
 }
@@ -87,14 +79,9 @@ impl std::fmt::Debug for Converter {
 
 impl Converter {
     /// A converter for the entries among `kinds` (with their plural) that name `convert`.
-    pub fn new(
-        kinds: impl IntoIterator<Item = (Arc<Composer>, String)>,
-        door: Arc<Door>,
-        runner_dir: PathBuf,
-        proxy: Arc<Proxy>,
-    ) -> Self {
+    pub fn new(kinds: impl IntoIterator<Item = (Arc<Composer>, String)>, runs: CheckRuns) -> Self {
         let kinds = kinds.into_iter().filter(|(c, _)| c.watch.extensions.convert.is_some()).collect();
-        Converter { kinds, door, root: runner_dir.join(".admission"), proxy, answers: Answers::default() }
+        Converter { kinds, runs, answers: Answers::default() }
     }
 
     /// Answers one ConversionReview body for `group`'s `kind`: an answer always, a failure on any
@@ -107,7 +94,7 @@ impl Converter {
         else {
             return fail(format!("the operator has no convert playbook for {kind}.{group}"));
         };
-        let permit = match self.door.lanes().validation_permit(CONVERT_TIMEOUT / 2).await {
+        let permit = match self.runs.door().lanes().validation_permit(CONVERT_TIMEOUT / 2).await {
             Ok(permit) => permit,
             Err(busy) => {
                 tracing::warn!(group, kind, limit = busy.limit, "conversion refused: the lane is full");
@@ -147,45 +134,16 @@ impl Converter {
     ) -> Converted {
         let watch = &composer.watch;
         let target = watch.extensions.convert.clone().ok_or("the entry has no convert playbook")?;
+        let which = unsafe_strings(watch, composer.inputs.trust_cr_templates);
+        let var = request.conversion_var(|value| vars::wrap(value, which));
         // The run is composed for the first object (its directory, environment and limits), then
         // given the conversion var alone: a review may hold many objects.
-        let first = &request.objects[0];
-        let object: DynamicObject = serde_json::from_value(first.clone())
-            .map_err(|error| format!("the object could not be read: {error}"))?;
-        let ident = new_ident();
-        let inputs = &composer.inputs;
-        let mut spec = run_spec(watch, inputs, &object, first, false, ident.clone(), None);
-        spec.target = target;
-        spec.dir = self.root.join(&ident);
-        spec.timeout = Some(CONVERT_TIMEOUT);
-        spec.rotate_artifacts = 1;
-        spec.ansible_args = plan_args(&inputs.ansible_args);
-        let which = unsafe_strings(watch, inputs.trust_cr_templates);
-        let var = request.conversion_var(|value| vars::wrap(value, which));
-        spec.extra_vars = Map::from_iter([(conversion::CONVERSION_VAR.to_string(), var)]);
-        let dir = spec.dir.clone();
-        let owner = Owner {
-            gvk: watch.gvk.clone(),
-            plural: plural.to_string(),
-            name: object.name_any(),
-            uid: object.uid().unwrap_or_default(),
-            namespace: object.namespace(),
-            shard_label: None,
+        let check = Check { composer, plural, object: &request.objects[0], target, timeout: CONVERT_TIMEOUT };
+        let only = |vars: &mut Map<String, Value>| {
+            *vars = Map::from_iter([(conversion::CONVERSION_VAR.to_string(), var)]);
         };
-        let launch = Launch { spec, owner, acting: Acting::default(), live: None };
-        let ran = self.door.launch(&self.proxy, permit, launch).await;
-        let converted = match ran.report {
-            Ok(report) => conversion::converted(&report, request),
-            Err(error) => {
-                let error = crate::logging::error_chain(&error);
-                tracing::warn!(kind = %watch.gvk, %error, "conversion could not run");
-                Err(format!("conversion could not run: {error}"))
-            }
-        };
-        tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_dir_all(dir);
-        });
-        converted
+        let report = self.runs.run(permit, check, only, "conversion").await?;
+        conversion::converted(&report, request)
     }
 }
 

@@ -7,25 +7,23 @@
 //! Secrets is masked in the message it denies with. A watch's `convert` playbook answers the CRD's
 //! conversion webhook in the same lane ([`converter`]).
 
+mod check_run;
 pub mod configuration;
 pub mod conversion;
 pub mod converter;
 pub mod review;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use kube::ResourceExt;
-use kube::api::DynamicObject;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::proxy::Proxy;
-use crate::proxy::owner::Owner;
 use crate::reconcile::inputs::Composer;
-use crate::reconcile::{check_reserved, new_ident, plan_args, run_spec, unsafe_strings};
-use crate::run::{Acting, Door, Launch, Permit};
+use crate::reconcile::{check_reserved, unsafe_strings};
+use crate::run::Permit;
 use crate::vars;
 use crate::watches::Gvk;
+use check_run::Check;
+pub use check_run::CheckRuns;
 pub use converter::Converter;
 pub use review::{Request, Verdict};
 
@@ -33,12 +31,8 @@ pub use review::{Request, Verdict};
 pub struct Validator {
     /// The composers of the kinds with `validate`, with their resource (plural).
     kinds: Vec<(Arc<Composer>, String)>,
-    /// The door runs go through: a validation takes a permit of its lane there.
-    door: Arc<Door>,
-    /// Where validation runs' directories are made (`<runner dir>/.admission/<ident>`).
-    root: PathBuf,
-    /// The API proxy, which issues each run its dry-run credential.
-    proxy: Arc<Proxy>,
+    /// Where validations run: the door's validation lane, with a dry-run credential.
+    runs: CheckRuns,
 }
 
 impl std::fmt::Debug for Validator {
@@ -49,14 +43,9 @@ impl std::fmt::Debug for Validator {
 
 impl Validator {
     /// A validator for the kinds among `kinds` (with their plural) whose watch has `validate`.
-    pub fn new(
-        kinds: impl IntoIterator<Item = (Arc<Composer>, String)>,
-        door: Arc<Door>,
-        runner_dir: PathBuf,
-        proxy: Arc<Proxy>,
-    ) -> Self {
+    pub fn new(kinds: impl IntoIterator<Item = (Arc<Composer>, String)>, runs: CheckRuns) -> Self {
         let kinds = kinds.into_iter().filter(|(c, _)| c.watch.extensions.validate.is_some()).collect();
-        Validator { kinds, door, root: runner_dir.join(".admission"), proxy }
+        Validator { kinds, runs }
     }
 
     /// The composer of a kind this validator serves.
@@ -74,7 +63,7 @@ impl Validator {
         };
         // A review may wait for a slot half of the time the API server waits for its answer.
         let patience = composer.watch.extensions.validate.as_ref().map(|v| v.timeout / 2).unwrap_or_default();
-        let permit = match self.door.lanes().validation_permit(patience).await {
+        let permit = match self.runs.door().lanes().validation_permit(patience).await {
             Ok(permit) => permit,
             Err(busy) => {
                 tracing::warn!(kind = %gvk, limit = busy.limit, "validation refused: the lane is full");
@@ -106,52 +95,29 @@ impl Validator {
         permit: &Permit,
     ) -> Verdict {
         let watch = &composer.watch;
-        let gvk = &watch.gvk;
         let Some(validate) = &watch.extensions.validate else {
-            return Verdict::Denied(format!("the operator has no validate playbook for {gvk}"));
+            return Verdict::Denied(format!("the operator has no validate playbook for {}", watch.gvk));
         };
         let inputs = &composer.inputs;
         let trust = (inputs.trust_cr_templates, inputs.trust_cr_variables);
         if let Err(reserved) = check_reserved(watch, trust.0, trust.1, &request.object, false) {
             return Verdict::Denied(reserved.to_string());
         }
-        let object: DynamicObject = match serde_json::from_value(request.object.clone()) {
-            Ok(object) => object,
-            Err(error) => return Verdict::Denied(format!("the object could not be read: {error}")),
-        };
-        let ident = new_ident();
-        let mut spec = run_spec(watch, inputs, &object, &request.object, false, ident.clone(), None);
-        spec.target = validate.target.clone();
-        spec.dir = self.root.join(&ident);
-        spec.timeout = Some(validate.timeout);
-        spec.rotate_artifacts = 1;
-        spec.ansible_args = plan_args(&inputs.ansible_args);
         let which = unsafe_strings(watch, inputs.trust_cr_templates);
         let admission = request.admission_var(|value| vars::wrap(value, which));
-        spec.extra_vars.insert(review::ADMISSION_VAR.into(), admission);
-        let dir = spec.dir.clone();
-        let owner = Owner {
-            gvk: gvk.clone(),
-            plural: plural.to_string(),
-            name: object.name_any(),
-            uid: object.uid().unwrap_or_default(),
-            namespace: object.namespace(),
-            shard_label: None,
+        let check = Check {
+            composer,
+            plural,
+            object: &request.object,
+            target: validate.target.clone(),
+            timeout: validate.timeout,
         };
-        let launch = Launch { spec, owner, acting: Acting::default(), live: None };
-        let ran = self.door.launch(&self.proxy, permit, launch).await;
-        let verdict = match ran.report {
+        let add = |vars: &mut Map<String, Value>| {
+            vars.insert(review::ADMISSION_VAR.into(), admission);
+        };
+        match self.runs.run(permit, check, add, "validation").await {
             Ok(report) => review::verdict(&report),
-            Err(error) => {
-                let error = crate::logging::error_chain(&error);
-                tracing::warn!(kind = %gvk, %error, "validation could not run");
-                Verdict::Denied(format!("validation could not run: {error}"))
-            }
-        };
-        // The answer does not wait for the run's files to go (about a millisecond for a short play).
-        tokio::task::spawn_blocking(move || {
-            let _ = std::fs::remove_dir_all(dir);
-        });
-        verdict
+            Err(message) => Verdict::Denied(message),
+        }
     }
 }

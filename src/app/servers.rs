@@ -9,7 +9,7 @@ use anyhow::Context as _;
 
 use super::wiring::Wiring;
 use crate::access::Access;
-use crate::admission::{Converter, Validator, configuration};
+use crate::admission::{CheckRuns, Converter, Validator, configuration};
 use crate::cli::RunArgs;
 use crate::controller::WatchController;
 use crate::health;
@@ -117,9 +117,8 @@ pub(super) async fn serve_api(
     let tls =
         tls::server(args.api_cert_dir.as_deref(), &certificate_names(), args.webhook_client_ca.as_deref())
             .context("the API's TLS certificate")?;
-    let (door, runner_dir) = (&wired.settings.door, &args.runner_dir);
-    let validator = (!validated.is_empty())
-        .then(|| Arc::new(Validator::new(admitted.clone(), door.clone(), runner_dir.clone(), proxy.clone())));
+    let runs = CheckRuns::new(wired.settings.door.clone(), args.runner_dir.clone(), proxy.clone());
+    let validator = (!validated.is_empty()).then(|| Arc::new(Validator::new(admitted.clone(), runs.clone())));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let endpoint = webhook_endpoint(args, port);
     for (composer, plural) in &converted {
@@ -127,8 +126,7 @@ pub(super) async fn serve_api(
         let conversion = configuration::conversion(&gvk.group, &gvk.kind, &endpoint, &tls.ca_pem);
         patch_conversion(&wired.client, &format!("{plural}.{}", gvk.group), &conversion).await;
     }
-    let converter = (!converted.is_empty())
-        .then(|| Arc::new(Converter::new(admitted, door.clone(), runner_dir.clone(), proxy.clone())));
+    let converter = (!converted.is_empty()).then(|| Arc::new(Converter::new(admitted, runs)));
     if !validated.is_empty() {
         let config = configuration::configuration(
             &args.webhook_configuration_name,
