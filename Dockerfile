@@ -10,8 +10,8 @@
 # The build arguments only say where the inputs come from; the images (4. and 5.) are the same in
 # every build. `make docker-build` builds this file with podman where no registry is reachable:
 # base images made with debootstrap from Debian's archive (RUST_IMAGE is then unused,
-# PYTHON_IMAGE is Debian bookworm's python3) and BINARIES=prebuilt, the operator and etcd built
-# on the host (hack/images.sh).
+# PYTHON_IMAGE is Debian bookworm's python3, or trixie's Python 3.13 with BASE_SUITE=trixie) and
+# BINARIES=prebuilt, the operator and etcd built on the host (hack/images.sh).
 
 ARG RUST_VERSION=1.95
 ARG GO_VERSION=1.26
@@ -64,8 +64,11 @@ FROM binaries-${BINARIES} AS binaries
 # 3. The Ansible venv of one toolchain (hack/toolchains/<ANSIBLE_TOOLCHAIN>/, as hack/install-ansible.sh
 # installs it): its pins without pytest and the packages only pytest needs (iniconfig, pluggy,
 # Pygments), kubernetes.core and community.crypto from the checksum-pinned `ansible` wheel its `bundle`
-# file names, and our operator_sdk.util collection. 2.18 (default) is upstream's base image; 2.19 is the current line:
+# file names, and our operator_sdk.util collection. 2.18 (default) is upstream's base image; 2.19 and
+# 2.21 are newer lines (2.21 needs Python 3.12 or later: PYTHON_VERSION=3.13 and a trixie image):
 #   docker build --build-arg ANSIBLE_TOOLCHAIN=2.19 -t ansible-operator:dev-2.19 .
+#   docker build --build-arg PYTHON_VERSION=3.13 --build-arg PYTHON_IMAGE=python:3.13-slim-trixie \
+#     --build-arg ANSIBLE_TOOLCHAIN=2.21 -t ansible-operator:dev-2.21 .
 FROM ${PYTHON_IMAGE} AS ansible
 ARG PYTHON_VERSION
 ARG ANSIBLE_TOOLCHAIN=2.18

@@ -12,8 +12,10 @@ export VIRTUAL_ENV := $(REPO)/.venv
 export ETCD_RELEASES_DIR ?= $(REPO)/.local/etcd-releases
 export KUBE_RELEASES_DIR ?= $(REPO)/.local/kube-releases
 WATCHES ?= $(REPO)/watches.yaml
-# The newer Ansible toolchain (hack/toolchains/2.19), tested by a slice of the suite in `make test`.
-VENV_NEXT := $(REPO)/.venv-2.19
+# The newest Ansible toolchain (hack/toolchains/2.21, on the Python 3.13 that hack/install-python.sh
+# builds), tested by a slice of the suite in `make test`; the 2.19 line's venv, by the Python tests.
+VENV_NEXT := $(REPO)/.venv-2.21
+VENV_2_19 := $(REPO)/.venv-2.19
 # One build cache for every clone on this machine: a fresh clone (CI) rebuilds only this crate, and
 # so does a clone building after another one (hack/cargo-target.sh).
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/ansible-operator/cargo-target
@@ -27,7 +29,7 @@ BASE_IMG ?= localhost/ansible-operator-base:dev
 # kubectl's cluster for deploy/undeploy: KUBECONFIG when set, else the local cluster.
 DEPLOY_KUBECONFIG := $(or $(KUBECONFIG),$(LOCAL_KUBECONFIG))
 # Tests that need a running Pod: whole modules of the test suite (tests/*.rs), and single tests of others.
-export NODE_TEST_MODULES := in_cluster node pod_modules scaffold
+export NODE_TEST_MODULES := in_cluster newest_toolchain_image node pod_modules scaffold
 export NODE_TEST_SKIPS := --skip memcached_role --skip the_samples_scenarios --skip its_manager_deployed_from_an_image --skip samples_reconcile_and_finalize_with_only_the_service_accounts_permissions
 ifeq ($(NODE),0)
 TEST_FILTERS := -- $(NODE_TEST_SKIPS) $(foreach t,$(NODE_TEST_MODULES),--skip $(t)::)
@@ -53,8 +55,10 @@ install-kube: ## Build (once, cached) and link kube-apiserver, kube-controller-m
 install-ansible: ## Create .venv with the default toolchain (ANSIBLE_TOOLCHAIN=2.18: upstream's base image)
 	hack/install-ansible.sh
 
-install-ansible-next: ## Create .venv-2.19 with the newer toolchain (ansible-core 2.19)
-	ANSIBLE_TOOLCHAIN=2.19 ANSIBLE_VENV=$(VENV_NEXT) hack/install-ansible.sh
+install-ansible-next: ## Build Python 3.13 (once, cached) and create .venv-2.21 with the newest toolchain (ansible-core 2.21), and .venv-2.19 (ansible-core 2.19)
+	hack/install-python.sh
+	ANSIBLE_TOOLCHAIN=2.21 ANSIBLE_VENV=$(VENV_NEXT) PYTHON=$(REPO)/.local/bin/python3.13 hack/install-ansible.sh
+	ANSIBLE_TOOLCHAIN=2.19 ANSIBLE_VENV=$(VENV_2_19) hack/install-ansible.sh
 
 install-ssh: ## Install the pinned openssh-server for the SSH test hosts (needs root)
 	hack/test-hosts.sh install
@@ -91,7 +95,7 @@ build: ## Build the operator
 rbac: build ## Render deploy/rbac from watches.yaml's permissions (ansible-operator rbac); a test fails when they differ
 	$(CARGO_TARGET_DIR)/debug/ansible-operator rbac --watches-file=watches.yaml --crds=deploy/crds --output-dir=deploy/rbac
 
-docker-build-base: ## Build the base image BASE_IMG (what an upstream project builds FROM) with podman
+docker-build-base: ## Build the base image BASE_IMG (what an upstream project builds FROM) with podman; BASE_SUITE=trixie builds it on Python 3.13 (for ANSIBLE_TOOLCHAIN=2.21)
 	hack/images.sh operator-base $(BASE_IMG)
 
 docker-build: docker-build-base ## Build the sample operator's image IMG, FROM the base image, with podman; load it into the local node when it runs
@@ -111,7 +115,7 @@ lint: ## rustfmt and clippy, warnings are errors
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 
-test: install install-ansible-next install-browser install-jaeger lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newer toolchain and the KubernetesCluster test
+test: install install-ansible-next install-browser install-jaeger lint ## Everything: unit, Python and integration tests (real control plane, its node, sshd hosts), warm executor, then a slice on the cold executor beside one on the newest toolchain (2.21, its Python 3.13 image too) and the KubernetesCluster test
 	@status=0; \
 	echo "make test: $$(date +%T): installed and linted; the cluster, its hosts, the image and the test lanes follow"; \
 	mkdir -p target/test-lanes; \

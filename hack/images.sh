@@ -6,7 +6,8 @@
 # and are built only when missing.
 #
 #   hack/images.sh base            the base images: Debian bookworm (debootstrap --variant=minbase)
-#                                  and its python3 (the local stand-in for python:3.11-slim-bookworm)
+#                                  and its python3 (the local stand-in for python:3.11-slim-bookworm);
+#                                  with BASE_SUITE=trixie, Debian trixie and its Python 3.13
 #   hack/images.sh node            the sandbox (pause) image and the memcached image
 #   hack/images.sh operator-base IMG  the operator's base image (./Dockerfile's target `base`: what
 #                                  an upstream project builds FROM), with the base images and the
@@ -18,28 +19,47 @@
 #   hack/images.sh podman ARGS...  run podman on this storage (e.g. `images`)
 #   hack/images.sh name IMAGE      the name of the pause, memcached, python or debian image
 #
-# Env: ANSIBLE_TOOLCHAIN (the Dockerfile's build argument), CARGO_TARGET_DIR.
+# Env: ANSIBLE_TOOLCHAIN (the Dockerfile's build argument), BASE_SUITE (the Debian release the
+# operator images are built on: bookworm, Python 3.11, the default; or trixie, Python 3.13, which
+# ansible-core 2.21 needs), CARGO_TARGET_DIR.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/ansible-operator"
 containerd_dir="$repo/.local/cluster/containerd"
 
-debian_suite=bookworm
-debian_mirror=http://deb.debian.org/debian
-python_packages=(python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 python-is-python3=3.11.2-1+deb12u1
-  ca-certificates=20250419~deb12u2)
+# Debian's archive and its security archive, as this machine's apt reaches them.
+apt_uri() { awk -v want="$1" '/^URIs:/ && ($2 ~ /security/) == want { print $2; exit }' /etc/apt/sources.list.d/debian.sources; }
+debian_mirror=$(apt_uri 0)
+security_mirror=$(apt_uri 1)
 memcached_version=1.6.18-1+deb12u1
+
+# The images of a Debian release: the debootstrapped base and its Python (names and packages).
+suite_images() {
+  debian_suite=$1
+  case "$debian_suite" in
+    bookworm)
+      python_version=3.11
+      python_packages=(python3=3.11.2-1+b1 python3-venv=3.11.2-1+b1 python-is-python3=3.11.2-1+deb12u1
+        ca-certificates=20250419~deb12u2) ;;
+    trixie)
+      python_version=3.13
+      python_packages=(python3=3.13.5-1 python3-venv=3.13.5-1 python-is-python3=3.13.3-1
+        ca-certificates=20250419+deb13u1) ;;
+    *) die "BASE_SUITE=$debian_suite: bookworm or trixie" ;;
+  esac
+  debian_image=localhost/local-cluster/debian:$debian_suite
+  python_image=localhost/local-cluster/python:$python_version-$debian_suite
+}
 
 # Image names. A name without a registry is docker.io's, as the kubelet reads it; `localhost/`
 # marks the images that exist only here.
-debian_image=localhost/local-cluster/debian:$debian_suite
-python_image=localhost/local-cluster/python:3.11-$debian_suite
 pause_image=localhost/local-cluster/pause:1.0
 memcached_image=localhost/memcached:${memcached_version%%-*}
 
 log() { echo "images: $*"; }
 die() { echo "images: $*" >&2; exit 1; }
+suite_images bookworm
 
 podman_() {
   podman --root "$cache/podman/storage" --runroot "/run/ansible-operator/podman" \
@@ -106,7 +126,7 @@ base() {
     cat >"$rootfs/etc/apt/sources.list" <<EOF
 deb $debian_mirror $debian_suite main
 deb $debian_mirror $debian_suite-updates main
-deb http://deb.debian.org/debian-security $debian_suite-security main
+deb $security_mirror $debian_suite-security main
 EOF
     printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
     chmod 0755 "$rootfs/usr/sbin/policy-rc.d"
@@ -168,11 +188,13 @@ prebuilt_binaries() {
 operator() {
   local target=$1 image
   image=$(normalized "${2:?usage: $0 operator|operator-base IMG}")
+  suite_images "${BASE_SUITE:-bookworm}"
   base
   prebuilt_binaries
   log "podman build --target $target -t $image . (PYTHON_IMAGE=$python_image, BINARIES=prebuilt, ANSIBLE_TOOLCHAIN=${ANSIBLE_TOOLCHAIN:-2.18})"
   local start=$SECONDS
-  build_trusting_host --build-arg "PYTHON_IMAGE=$python_image" --build-arg BINARIES=prebuilt \
+  build_trusting_host --build-arg "PYTHON_IMAGE=$python_image" --build-arg "PYTHON_VERSION=$python_version" \
+    --build-arg BINARIES=prebuilt \
     --build-arg "ANSIBLE_TOOLCHAIN=${ANSIBLE_TOOLCHAIN:-2.18}" --target "$target" -t "$image" \
     -f "$repo/Dockerfile" "$repo"
   log "built $image in $((SECONDS - start))s"
@@ -200,7 +222,7 @@ load() {
 }
 
 case "${1:-}" in
-  base) base ;;
+  base) suite_images "${BASE_SUITE:-bookworm}"; base ;;
   node) node ;;
   operator) shift; operator sample "$@" ;;
   operator-base) shift; operator base "$@" ;;

@@ -5,8 +5,10 @@
 # named in hack/toolchains/<T>/bundle, since Galaxy may be unreachable) and the repository's own
 # operator_sdk.util collection (symlinked, so edits apply at once), and the warm executor's worker
 # package (worker/, put on the venv's import path).
-#   ANSIBLE_TOOLCHAIN  2.18 (default: upstream's base image) or 2.19 (the current ansible-core line)
+#   ANSIBLE_TOOLCHAIN  2.18 (default: upstream's base image), 2.19, or 2.21 (the newest line; it needs
+#                      Python 3.12 or later: PYTHON=.local/bin/python3.13 from hack/install-python.sh)
 #   ANSIBLE_VENV       where to install (default <repo>/.venv); a venv of another toolchain is rebuilt
+#   PYTHON             the interpreter the venv is made with (default python3)
 # Idempotent: the pip step is skipped when the requirements file is unchanged, the wheel is cached.
 set -euo pipefail
 
@@ -24,6 +26,19 @@ log() { printf '[install-ansible] %s\n' "$*" >&2; }
 if [[ ! -f "${requirements}" || ! -f "${toolchain_dir}/bundle" ]]; then
   log "error: ANSIBLE_TOOLCHAIN=${toolchain} is not one of: $(ls "${repo}/hack/toolchains" | tr '\n' ' ')"
   exit 1
+fi
+# A toolchain that needs a newer Python than the machine's names it in min-python: without PYTHON,
+# the one hack/install-python.sh builds is taken; an older one stops here with what to do.
+if [[ -f "${toolchain_dir}/min-python" ]]; then
+  min_python="$(cat "${toolchain_dir}/min-python")"
+  if [[ -z "${PYTHON:-}" && -x "${repo}/.local/bin/python3.13" ]]; then
+    python="${repo}/.local/bin/python3.13"
+  fi
+  if ! "${python}" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '${min_python}'.split('.'))))"; then
+    log "error: toolchain ${toolchain} needs Python ${min_python} or later; ${python} is $("${python}" --version 2>&1)."
+    log "       Build Python 3.13 with hack/install-python.sh (once, cached), then run this again."
+    exit 1
+  fi
 fi
 # ANSIBLE_BUNDLE_VERSION and ANSIBLE_BUNDLE_SHA256.
 # shellcheck source=/dev/null

@@ -118,10 +118,17 @@ issue() {
 }
 
 ensure_pki() {
+  # Python 3.13 verifies strictly (VERIFY_X509_STRICT): a CA without keyUsage is refused. A CA made
+  # before it had one is made again, with everything it signed.
+  if [[ -f "$pki/ca.crt" ]] && ! openssl x509 -in "$pki/ca.crt" -noout -ext keyUsage 2>/dev/null | grep -q 'Certificate Sign'; then
+    log "the cluster CA in $pki has no keyUsage (Python 3.13 refuses it): making the certificates again"
+    find "$pki" -maxdepth 1 -type f ! -name "sa.*" -delete
+  fi
   if [[ ! -f "$pki/ca.crt" ]]; then
     log "generating certificates and the service-account key pair in $pki"
     mkdir -p "$pki"
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=local-cluster-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
       -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
   fi
   issue apiserver "/CN=kube-apiserver" \

@@ -20,9 +20,10 @@
 #                                  plan).
 #                                  The rest cannot tell the executors apart: both give the same
 #                                  started run to everything downstream (src/executor/mod.rs)
-#   hack/test-lanes.sh next        the newer toolchain's slice (.venv-2.19): samples, SSH runs,
-#                                  finalizers, k8s_status, requeue_after, selectors, the executor, and
-#                                  the Python tests
+#   hack/test-lanes.sh next        the newest toolchain's slice (.venv-2.21: ansible-core 2.21 on
+#                                  Python 3.13): samples, SSH runs, finalizers, k8s_status,
+#                                  requeue_after, selectors, the executor, and the Python tests; and
+#                                  the Python tests on the 2.19 line (.venv-2.19)
 #   hack/test-lanes.sh cold next warm-late
 #                                  several passes at once: their SSH lanes become one lane, the other
 #                                  lanes run side by side (what `make test` runs after the warm pass)
@@ -56,9 +57,9 @@ without_node_tests() {
 }
 
 # Lanes: each is a list of units, `<pass>:<unit>` separated by spaces and run in order; lanes run at
-# the same time. A unit is `lib` (the unit tests), `python` (the Python tests), a module of the test
-# suite (`core`: tests/core.rs, see tests/suite.rs) or the tests of a module whose names start with a
-# prefix (`toolchain::version_reports`). A pass's first lane holds its tests of the SSH test hosts:
+# the same time. A unit is `lib` (the unit tests), `python` (the Python tests; `python-2.19` runs
+# them on .venv-2.19), a module of the test suite (`core`: tests/core.rs, see tests/suite.rs) or the
+# tests of a module whose names start with a prefix (`toolchain::version_reports`). A pass's first lane holds its tests of the SSH test hosts:
 # with several passes, those are one lane. `alone` runs after every lane has ended.
 lanes=()
 alone=""
@@ -83,6 +84,8 @@ add_lanes() {
 }
 
 warm_late="kubernetes_cluster"
+# Modules of the newest toolchain's pass only: the image it runs in is built for that toolchain.
+next_only="newest_toolchain_image"
 for pass in "${passes[@]}"; do
   case "$pass" in
     warm)
@@ -111,7 +114,7 @@ for pass in "${passes[@]}"; do
         elif ! grep -qx "mod $name;" tests/suite.rs; then
           echo "test-lanes: tests/$name.rs is not a module of tests/suite.rs: add \`mod $name;\` there" >&2
           exit 2
-        elif [[ " ${warm[*]} $by_itself $warm_late " != *" $name "* ]]; then
+        elif [[ " ${warm[*]} $by_itself $warm_late $next_only " != *" $name "* ]]; then
           echo "test-lanes: tests/$name.rs is in no lane of the warm pass: add it to hack/test-lanes.sh" >&2
           exit 2
         fi
@@ -136,8 +139,8 @@ for pass in "${passes[@]}"; do
     next)
       add_lanes next \
         "ssh security_inventory samples pod_modules" \
-        "finalizers status_and_filters requeue executor" \
-        "toolchain::version_reports extra_vars injection" \
+        "finalizers status_and_filters requeue executor newest_toolchain_image" \
+        "toolchain::version_reports extra_vars injection python-2.19" \
         "python"
       ;;
     *)
@@ -163,13 +166,14 @@ run_unit() {
   case "$pass" in
     cold) export ANSIBLE_OPERATOR_ANSIBLE_EXECUTOR=cold ;;
     next)
-      export ANSIBLE_OPERATOR_TEST_VENV="$repo/.venv-2.19"
-      venv=.venv-2.19
+      export ANSIBLE_OPERATOR_TEST_VENV="$repo/.venv-2.21"
+      venv=.venv-2.21
       ;;
   esac
   echo "test-lanes: $(date +%T) $pass: $unit"
   case "$unit" in
     python) "$venv/bin/python" -m pytest tests/collection worker/tests -q ;;
+    python-2.19) .venv-2.19/bin/python -m pytest tests/collection worker/tests -q ;;
     lib) cargo test --no-fail-fast --lib --bins -- "${skips[@]}" ;;
     *)
       filter=$unit

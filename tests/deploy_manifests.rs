@@ -919,7 +919,7 @@ fn dockerfile_copies_only_files_that_exist_and_installs_the_same_toolchain_as_th
     assert!(script.contains(r#"toolchain="${ANSIBLE_TOOLCHAIN:-2.18}""#), "the script's default toolchain");
     assert!(dockerfile.contains("ARG ANSIBLE_TOOLCHAIN=2.18\n"), "the image's default toolchain");
     assert!(dockerfile.contains("COPY hack/toolchains/${ANSIBLE_TOOLCHAIN}/ /tmp/toolchain/"));
-    for toolchain in ["2.18", "2.19"] {
+    for toolchain in ["2.18", "2.19", "2.21"] {
         let dir = support::repo().join("hack/toolchains").join(toolchain);
         let bundle = std::fs::read_to_string(dir.join("bundle")).expect("read bundle");
         for variable in ["ANSIBLE_BUNDLE_VERSION=", "ANSIBLE_BUNDLE_SHA256="] {

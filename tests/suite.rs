@@ -29,6 +29,7 @@ mod leader;
 mod least_privilege;
 mod modes;
 mod module_graph;
+mod newest_toolchain_image;
 mod node;
 mod operations;
 mod ownership;

@@ -1,5 +1,5 @@
 """Ansible's process-global state, and how a fork of the worker gets the state a freshly started
-`ansible-playbook` would have had. Written against ansible-core 2.18 and 2.19.
+`ansible-playbook` would have had. Written against ansible-core 2.18 to 2.21.
 
 What Ansible captures when it is imported, and what is done about it here:
 - `ansible.constants`: every setting, read from the environment and the ansible.cfg found from

@@ -1,5 +1,5 @@
 """Patches: `ansible.utils.collection_loader._collection_finder._AnsibleCollectionFinder._install`.
-Knows: ansible-core 2.18 and 2.19 (no version check).
+Knows: ansible-core 2.18 to 2.21 (no version check).
 
 Each run's CLI installs Ansible's collection loader (`init_plugin_loader`), and the install first
 empties Python's whole path importer cache, so that no finder cached for a directory the loader

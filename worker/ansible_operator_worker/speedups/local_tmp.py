@@ -1,6 +1,6 @@
 """Patches: `ansible.plugins.action.ActionBase._remote_expand_user`, `._make_tmp_path`,
 `._remote_chmod` and `._remove_tmp_path`, on the `local` connection without privilege escalation.
-Knows: ansible-core 2.18 and 2.19 (the four methods have the same signatures and behaviour in both;
+Knows: ansible-core 2.18 to 2.21 (the four methods have the same signatures and behaviour in both;
 no version check).
 
 A module task on the local connection makes a temporary directory for its module with four shell

@@ -2,7 +2,7 @@
 Ansible's choice to pipeline a module on the local connection
 (`ansible.plugins.action.ActionBase._is_pipelining_enabled` in 2.18,
 `ansible.plugins.connection.local.Connection.is_pipelining_enabled` in 2.19), and in module
-processes Python's `zipimport._compile_source`. Knows: ansible-core 2.18 and 2.19 (whichever of the
+processes Python's `zipimport._compile_source`. Knows: ansible-core 2.18 to 2.21 (whichever of the
 two pipelining methods this Ansible has; only the exact command line Ansible's `local` connection
 runs for a module is taken, any other goes to the real `Popen`).
 

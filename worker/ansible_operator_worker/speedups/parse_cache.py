@@ -1,6 +1,6 @@
 """Patches: `ansible.utils.collection_loader._collection_finder._meta_yml_to_dict`,
 `ansible.config.manager.ConfigManager._read_config_yaml_file`, and below 2.19 the `AnsibleLoader` of
-`ansible.plugins.loader` and `ansible.utils.plugin_docs`. Knows: ansible-core 2.18 and 2.19 (plugin
+`ansible.plugins.loader` and `ansible.utils.plugin_docs`. Knows: ansible-core 2.18 to 2.21 (plugin
 documentation is kept only below 2.19: `documentation_kept()`).
 
 YAML that every run parses the same way, parsed once as the worker starts: Ansible's setting definitions

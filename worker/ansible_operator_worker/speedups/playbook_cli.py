@@ -1,4 +1,4 @@
-"""Patches: `ansible.cli.playbook.PlaybookCLI.init_parser`. Knows: ansible-core 2.18 and 2.19 (no
+"""Patches: `ansible.cli.playbook.PlaybookCLI.init_parser`. Knows: ansible-core 2.18 to 2.21 (no
 version check; where the zygote cannot build the parser, each run builds its own).
 
 ansible-playbook's command-line parser, built once. `PlaybookCLI.init_parser()` builds some

@@ -1,4 +1,4 @@
-"""Patches: `ansible.executor.process.worker.WorkerProcess.start`. Knows: ansible-core 2.18 and 2.19
+"""Patches: `ansible.executor.process.worker.WorkerProcess.start`. Knows: ansible-core 2.18 to 2.21
 (no version check).
 
 What the playbook process looks up before it forks a task's process, so that each task's process

@@ -1,5 +1,5 @@
 """Patches: Jinja2's `Environment.compile`, `Environment.compile_expression` and
-`nodes._FilterTestCommon.as_const`. Knows: ansible-core 2.18 and 2.19 (no version check; what
+`nodes._FilterTestCommon.as_const`. Knows: ansible-core 2.18 to 2.21 (no version check; what
 2.19's compiler reads outside the environment is read when present), Jinja2 3.1.
 
 Compiled Jinja2 templates kept across task forks and runs. Ansible 2.18 calls
