@@ -84,20 +84,26 @@ pub(super) struct ShardingConfig {
 /// Builds the parts of a run and returns them with the watches to build controllers from. The
 /// steps log as they go, in the order upstream's operator does (version first).
 pub(super) async fn wire(args: &RunArgs) -> anyhow::Result<(Wiring, Vec<Watch>)> {
-    wire_with(args, &[]).await
+    wire_with(args, &[], &[]).await
 }
 
-/// [`wire`], with environment variables set over the process's (`ansible-operator test` sets
-/// `WATCH_NAMESPACE` to its scenarios' namespaces so).
+/// [`wire`], with environment variables set over the process's: `overrides` for the operator
+/// (`ansible-operator test` sets `WATCH_NAMESPACE` to its scenarios' namespaces so), `run_settings` for
+/// the operator and its runs (the test command's Ansible settings of the project's manager).
 pub(super) async fn wire_with(
     args: &RunArgs,
     overrides: &[(&str, String)],
+    run_settings: &[(String, String)],
 ) -> anyhow::Result<(Wiring, Vec<Watch>)> {
     let toolchain = version::log_versions().await;
     runner::input_dir::prepare_root(&args.runner_dir)?;
-    let (mut env, playbook_env) = environment(args)?;
+    let (mut env, mut playbook_env) = environment(args)?;
     for (name, value) in overrides {
         env = env.with_var(*name, value.clone());
+    }
+    for (name, value) in run_settings {
+        env = env.with_var(name.clone(), value.clone());
+        playbook_env.push((name.clone(), value.clone()));
     }
     let loaded = load_watches(args, &env)?;
     let (client, proxy_client) = clients().await?;

@@ -5,6 +5,7 @@
 
 mod context;
 mod manager;
+mod manager_env;
 mod molecule;
 mod operator;
 mod record;
@@ -239,7 +240,13 @@ async fn pass(
         }
         false => None,
     };
-    let operator = operator::start(run_args, &watched).await?;
+    let (manifest, settings) =
+        manager_env::ansible_settings(&project_dir(args), |name| std::env::var_os(name).is_some())?;
+    if let Some(manifest) = manifest {
+        let names: Vec<&str> = settings.iter().map(|(name, _)| name.as_str()).collect();
+        tracing::info!(manifest = %manifest.display(), ?names, "the manager's Ansible settings, as deployed");
+    }
+    let operator = operator::start(run_args, &watched, &settings).await?;
     let (history, kinds) = (&operator.history, &operator.kinds);
     let mut results = Vec::new();
     let mut running =

@@ -34,10 +34,15 @@ pub(super) struct Target {
     pub runs: Vec<crate::watches::Target>,
 }
 
-/// Wires an operator from `args` as `run` does, watching `namespaces`, and starts serving it.
-pub(super) async fn start(args: RunArgs, namespaces: &[String]) -> anyhow::Result<InProcess> {
+/// Wires an operator from `args` as `run` does, watching `namespaces`, its runs with the
+/// environment variables `settings` too, and starts serving it.
+pub(super) async fn start(
+    args: RunArgs,
+    namespaces: &[String],
+    settings: &[(String, String)],
+) -> anyhow::Result<InProcess> {
     let overrides = [("WATCH_NAMESPACE", namespaces.join(","))];
-    let (wired, watches) = super::super::wiring::wire_with(&args, &overrides).await?;
+    let (wired, watches) = super::super::wiring::wire_with(&args, &overrides, settings).await?;
     let targets = watches
         .iter()
         .map(|watch| {
