@@ -29,9 +29,8 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/ansible-operator"
 containerd_dir="$repo/.local/cluster/containerd"
 
 # Debian's archive and its security archive, as this machine's apt reaches them.
-apt_uri() { awk -v want="$1" '/^URIs:/ && ($2 ~ /security/) == want { print $2; exit }' /etc/apt/sources.list.d/debian.sources; }
-debian_mirror=$(apt_uri 0)
-security_mirror=$(apt_uri 1)
+debian_mirror=$("$repo/hack/debian-archive.sh" main)
+security_mirror=$("$repo/hack/debian-archive.sh" security)
 memcached_version=1.6.18-1+deb12u1
 
 # The images of a Debian release: the debootstrapped base and its Python (names and packages).

@@ -52,9 +52,7 @@ trap 'rm -rf "${work}"' EXIT
 
 # A private apt state with one source line: the archive of the system's own apt sources, suite
 # trixie. The system's apt lists and settings are left as they are.
-uri="$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-[[ -n "${uri}" ]] || uri="$(awk '$1 == "deb" { print ($2 ~ /^\[/ ? $3 : $2); exit }' /etc/apt/sources.list 2>/dev/null || true)"
-[[ -n "${uri}" ]] || { log "error: found no Debian archive in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"; exit 1; }
+uri="$("${repo}/hack/debian-archive.sh" main)"
 mkdir -p "${work}/lists/partial" "${work}/cache/archives/partial" "${work}/src"
 echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${uri} ${suite} main" >"${work}/sources.list"
 apt_opts=(-o "Dir::Etc::sourcelist=${work}/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=${work}/lists"
@@ -64,7 +62,7 @@ apt-get "${apt_opts[@]}" update -q >"${work}/apt.log" 2>&1 || { cat "${work}/apt
 if ! apt-cache "${apt_opts[@]}" showsrc "${package}" | grep -qx "Version: ${version}"; then
   newest="$(apt-cache "${apt_opts[@]}" showsrc "${package}" | awk '/^Version:/ { print $2 }' | sort -V | tail -n 1)"
   [[ -n "${newest}" ]] || { log "error: Debian ${suite} has no source package ${package}"; exit 1; }
-  log "warning: Debian ${suite} no longer has ${package} ${version}; building ${newest} (set PYTHON_SOURCE_VERSION)"
+  log "warning: Debian ${suite} no longer has ${package} ${version}; taking ${newest} (set PYTHON_SOURCE_VERSION)"
   version="${newest}"
   prefix="${cache_dir}/python-${version}"
   if [[ -x "${prefix}/bin/python3.13" && -f "${prefix}/.complete" ]]; then
