@@ -140,8 +140,9 @@ for pass in "${passes[@]}"; do
       add_lanes next \
         "ssh security_inventory samples pod_modules" \
         "finalizers status_and_filters requeue executor newest_toolchain_image" \
-        "toolchain::version_reports extra_vars injection python-2.19" \
-        "python"
+        "toolchain::version_reports extra_vars injection" \
+        "python" \
+        "python-2.19"
       ;;
     *)
       echo "test-lanes: unknown pass $pass (warm, warm-late, cold or next)" >&2
