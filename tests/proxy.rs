@@ -278,7 +278,9 @@ async fn a_run_over_its_rate_limit_is_answered_429_and_its_client_retries_to_suc
     let Test { client: _, ns, api } = Test::setup("proxy-throttled").kind(GROUP, KIND).build().await;
     let metrics_port = support::free_port();
     let operator = OperatorConfig::new(&support::playbook_watch(GROUP, KIND, "throttled.yml"), &ns.name)
-        .arg("--proxy-qps-per-run=1")
+        // One request every 5 s: the loop's next read comes sooner even when a loaded machine
+        // takes seconds to start each module (at 1 a second, CI once saw no refusal).
+        .arg("--proxy-qps-per-run=0.2")
         .arg("--proxy-burst-per-run=1")
         .arg("--proxy-max-wait=0s")
         .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
