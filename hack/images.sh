@@ -171,7 +171,13 @@ prebuilt_binaries() {
   etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$repo/hack/kube/go.mod")
   log "cargo build --release --locked --bin ansible-operator"
   "$repo/hack/cargo-target.sh"
-  (cd "$repo" && cargo build --release --locked --bin ansible-operator)
+  # Without the CARGO_* variables of a caller that cargo runs (a test: CARGO_PKG_NAME, ...): build
+  # scripts that read them (ring's) would run again, and with them the whole release build.
+  (
+    cd "$repo"
+    for name in $(compgen -e | grep '^CARGO_' | grep -vx 'CARGO_TARGET_DIR\|CARGO_HOME'); do unset "$name"; done
+    cargo build --release --locked --bin ansible-operator
+  )
   "$repo/hack/install-kube.sh" >/dev/null
   rm -rf "$out"
   mkdir -p "$out/etcd-releases/$etcd_version"

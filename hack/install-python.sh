@@ -27,11 +27,16 @@ link_it() {
   ln -sfn "${prefix}/bin/python3.13" "${link}"
 }
 
-if [[ -x "${prefix}/bin/python3.13" && -f "${prefix}/.complete" ]]; then
-  link_it
-  log "python ${version} already built ($("${prefix}/bin/python3.13" --version))"
-  exit 0
-fi
+# Links and stops when ${prefix} holds a finished build.
+link_if_built() {
+  if [[ -x "${prefix}/bin/python3.13" && -f "${prefix}/.complete" ]]; then
+    link_it
+    log "python ${version} already built ($("${prefix}/bin/python3.13" --version))"
+    exit 0
+  fi
+}
+
+link_if_built
 
 missing=()
 for dep in "${build_deps[@]}"; do
@@ -65,10 +70,7 @@ if ! apt-cache "${apt_opts[@]}" showsrc "${package}" | grep -qx "Version: ${vers
   log "warning: Debian ${suite} no longer has ${package} ${version}; taking ${newest} (set PYTHON_SOURCE_VERSION)"
   version="${newest}"
   prefix="${cache_dir}/python-${version}"
-  if [[ -x "${prefix}/bin/python3.13" && -f "${prefix}/.complete" ]]; then
-    link_it
-    exit 0
-  fi
+  link_if_built
 fi
 log "fetching ${package} ${version}"
 (cd "${work}/src" && apt-get "${apt_opts[@]}" source --download-only -q "${package}=${version}" >"${work}/apt.log" 2>&1) \
