@@ -155,11 +155,13 @@ async fn a_deleted_crs_runner_directory_is_removed() {
 
 /// The memory guard (`--memory-high-water`) in a cgroup with a memory limit: while a run holds
 /// memory, the next run would take the operator past the mark, so it waits (no status yet, one log
-/// line); once the first ends, it runs.
+/// line); once the first lets its memory go, it runs. (It may start while the first run is still
+/// writing its recap: the guard follows memory, not runs.)
 #[tokio::test]
 async fn a_run_waits_for_memory_while_another_holds_it_then_runs() {
     const KIND: &str = "Hoarder";
     const MIB: u64 = 1 << 20;
+    const HOLD_SECONDS: i64 = 15;
     let Test { client: _, ns, api } = Test::setup("ops-memory").kind(GROUP, KIND).build().await;
     let cgroup = support::cgroup::TestCgroup::create(&ns.name, 4096 * MIB);
     let operator = OperatorConfig::new(&support::playbook_watch(GROUP, KIND, "hold_memory.yml"), &ns.name)
@@ -168,7 +170,7 @@ async fn a_run_waits_for_memory_while_another_holds_it_then_runs() {
         .arg("--max-concurrent-reconciles=4")
         .in_cgroup(cgroup.dir())
         .start();
-    let hold = |mib: u64, seconds: u64| json!({"holdMib": mib, "holdSeconds": seconds});
+    let hold = |mib: u64, seconds: i64| json!({"holdMib": mib, "holdSeconds": seconds});
     support::create_cr(&api, GROUP, KIND, "warmup", hold(0, 0)).await;
     support::wait_for_condition(&api, "warmup", "Successful", "True", WAIT).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -177,7 +179,7 @@ async fn a_run_waits_for_memory_while_another_holds_it_then_runs() {
     let idle = cgroup.working_set();
     cgroup.set_limit(2 * (idle + 250 * MIB));
 
-    support::create_cr(&api, GROUP, KIND, "hog", hold(250, 15)).await;
+    support::create_cr(&api, GROUP, KIND, "hog", hold(250, HOLD_SECONDS)).await;
     support::wait_for("the hog's memory in the cgroup", WAIT, || async {
         let grown = cgroup.working_set().saturating_sub(idle) / MIB;
         Ok((grown >= 200).then_some(()).ok_or(format!("{grown} MiB above idle")))
@@ -190,18 +192,25 @@ async fn a_run_waits_for_memory_while_another_holds_it_then_runs() {
     })
     .await;
     let hog = api.get("hog").await.unwrap();
-    assert_eq!(support::condition(&hog, "Running").map(|c| c["reason"].clone()), Some(json!("Running")));
+    let hog_running = support::condition(&hog, "Running").unwrap();
+    assert_eq!(hog_running["reason"], "Running");
     let after = api.get("after").await.unwrap();
     assert_eq!(after.data["status"], serde_json::Value::Null, "held before it was admitted");
 
     let after = support::wait_for_condition(&api, "after", "Successful", "True", WAIT).await;
-    let hog = api.get("hog").await.unwrap();
-    let hog_done = support::condition(&hog, "Running").unwrap()["ansibleResult"]["completion"].clone();
-    let after_started = support::condition(&after, "Running").unwrap()["lastTransitionTime"].clone();
-    assert!(!hog_done.is_null(), "the hog's run ended first: {}", hog.data["status"]);
+    let started = |condition: &serde_json::Value| {
+        let at = condition["lastTransitionTime"].as_str().unwrap_or_default();
+        at.parse::<jiff::Timestamp>().unwrap_or_else(|e| panic!("lastTransitionTime {at:?}: {e}"))
+    };
+    let hog_started = started(&hog_running);
+    let after_started = started(&support::condition(&after, "Running").unwrap());
+    // Both times are whole seconds, so each may read up to 1 s early: the hold began after the hog's
+    // Running was written and lasted 15 s, so "after" read at least 14 s later.
+    let waited = after_started.duration_since(hog_started).as_secs();
     assert!(
-        hog_done.as_str() <= after_started.as_str(),
-        "after started at {after_started}, before the hog ended at {hog_done}"
+        waited >= HOLD_SECONDS - 1,
+        "after started {waited} s after the hog (at {after_started}, the hog at {hog_started}): \
+         it did not wait for the hog's {HOLD_SECONDS} s hold"
     );
     drop(operator);
 }
