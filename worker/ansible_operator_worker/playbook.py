@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import agent, ansible_state, in_process, kept, process, protocol
-from .speedups import event_stdout, inline_tasks, local_tmp, modules, playbook_cli, task_forks
+from .speedups import event_partials, event_stdout, inline_tasks, local_tmp, modules, playbook_cli, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
 #: would start differently, so it is not run warm.
@@ -326,13 +326,14 @@ def _play_here(plan: Plan) -> int:
         own = comm.read().strip()
     process.set_name(plan.script)
     try:
-        return _play(plan)
+        return _play(plan, in_run_process=True)
     finally:
         process.set_name(own)
 
 
-def _play(plan: Plan) -> int:
-    """ansible-playbook's CLI, in a process made to look like its own: its status."""
+def _play(plan: Plan, in_run_process: bool = False) -> int:
+    """ansible-playbook's CLI, in a process made to look like its own: its status. In the run
+    process itself, the callback hands its partial events to ansible-runner in memory."""
     script, command = plan.script, plan.command
     assert command is not None
     sys.argv = [script, *command.args]
@@ -342,7 +343,7 @@ def _play(plan: Plan) -> int:
     local_tmp.install()
     task_forks.install()
     inline_tasks.install()
-    event_stdout.install()
+    event_stdout.install(also=event_partials.hold if in_run_process else None)
     if plan.worker_settings:
         playbook_cli.install()
     from ansible.cli.playbook import main

@@ -25,6 +25,7 @@ from . import ansible_state, kept, playbook, process, protocol, run
 from .speedups import (
     collection_loader,
     event_files,
+    event_partials,
     jinja_misses,
     lazy_kubernetes,
     module_utils,
@@ -149,6 +150,7 @@ def main() -> NoReturn:
     collection_loader.install()
     runner_cli.build()
     event_files.install()
+    event_partials.install()
     parse_cache.install()
     _keep_in_memory()
     template_cache.install()

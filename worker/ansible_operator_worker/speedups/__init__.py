@@ -22,6 +22,10 @@ The run process (ansible-runner)
   `ansible_runner.__main__.AnsibleRunnerArgumentParser` in a run; no ansible-core code.
 - `event_files`: each job event file written at once, not in some two hundred pieces; replaces the
   `json` of `ansible_runner.runner` (its `dump`); no ansible-core code.
+- `event_partials`: the partial file of each event the callback reports (made, read back and
+  removed) handed over in memory when the play runs in the run process; patches the callback's
+  `IsolatedFileWrite.set` and gives `ansible_runner.runner` a `codecs.open` and an `os.remove`
+  that know the partials held; no ansible-core code, ansible-runner 2.4 only.
 
 The playbook process (ansible-playbook)
 - `playbook_cli`: ansible-playbook's command line, built once (some 4 ms a run); patches

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from importlib import metadata
 from types import ModuleType
 from typing import IO, Any
@@ -54,8 +55,9 @@ def _callback_path() -> str:
     return os.path.realpath(os.path.join(os.path.dirname(ansible_runner.__file__), "display_callback", "callback", "awx_display.py"))
 
 
-def install() -> None:
-    """In a playbook process: ansible-runner's callback, once loaded, writes each event at once."""
+def install(also: Callable[[ModuleType], None] | None = None) -> None:
+    """In a playbook process: ansible-runner's callback, once loaded, writes each event at once
+    (and `also` is given it: `event_partials.hold` in the run process's own play)."""
     if not KNOWN:
         return
     from ansible.plugins.loader import PluginLoader
@@ -73,6 +75,8 @@ def install() -> None:
                 dump = one_write_dump(module)
                 dump.replaced = context.dump  # type: ignore[attr-defined]
                 context.dump = dump
+            if also is not None:
+                also(module)
         return module
 
     PluginLoader._load_module_source = loading  # type: ignore[method-assign]
