@@ -7,8 +7,9 @@ ansible-runner's callback writes the data of each event it reports to a partial 
 (`job_events/<uuid>-partial.json`, through a `.tmp` file renamed) before it writes the event's
 marker to the play's output; the runner, reading the marker, reads the partial back, merges it
 into the event, removes it and writes the event's own file. Ten or more partials a one-task run,
-each a file made and removed: on ext4 a file made among many just removed costs a scan of them
-(`recently_deleted`), a tenth of the play's CPU in a burst of runs. When the play runs in the run
+each a file made, renamed, read and removed; on an ext4 without a journal, a file made among many
+removed in the last 30 s also costs a scan of them (the kernel's `recently_deleted`): a tenth of
+the play's CPU in a burst of runs there. When the play runs in the run
 process itself (`in_process.py`), the callback hands the partial's text (the same JSON, by the
 callback's own encoder) to the runner in memory, and the runner reads it as it would have read the
 file: the same events, the same files in `job_events/`, no partial on disk. A play in a playbook
