@@ -202,8 +202,8 @@ async fn a_run_waits_for_memory_while_another_holds_it_then_runs() {
         let at = condition["lastTransitionTime"].as_str().unwrap_or_default();
         at.parse::<jiff::Timestamp>().unwrap_or_else(|e| panic!("lastTransitionTime {at:?}: {e}"))
     };
-    let hog_started = started(&hog_running);
-    let after_started = started(&support::condition(&after, "Running").unwrap());
+    let hog_started = started(hog_running);
+    let after_started = started(support::condition(&after, "Running").unwrap());
     // Both times are whole seconds, so each may read up to 1 s early: the hold began after the hog's
     // Running was written and lasted 15 s, so "after" read at least 14 s later.
     let waited = after_started.duration_since(hog_started).as_secs();
