@@ -43,15 +43,16 @@ def hold(callback: types.ModuleType) -> None:
         return
     json, encoder = callback.json, callback.AnsibleJSONEncoderLocal
 
-    def set(self: Any, key: str, value: Any) -> None:  # noqa: A001 - the method it replaces
+    def hand_over(self: Any, key: str, value: Any) -> None:
+        """`IsolatedFileWrite.set`, keeping the partial's text here instead of in its file."""
         events = os.path.join(self.private_data_dir, "job_events")
         if not os.path.exists(events):
             os.mkdir(events, 0o700)
         partial = os.path.join(events, f"{key[len(_KEY_PREFIX):]}-partial.json")
         _held[_path_key(partial)] = json.dumps(value, cls=encoder)
 
-    set.replaced = writer.set  # type: ignore[attr-defined]
-    writer.set = set
+    hand_over.replaced = writer.set  # type: ignore[attr-defined]
+    writer.set = hand_over
 
 
 def _open(filename: Any, mode: str = "r", encoding: str | None = None, errors: str = "strict", buffering: int = -1) -> Any:
