@@ -65,6 +65,14 @@ if sys.argv[1] == "warm":
             with open(os.environ["ADOPT_LOG"], "a") as log:
                 print(len(names), file=log)
     module_utils.adopt = adopting
+    # Each module run in a task's own process logged.
+    from ansible_operator_worker.speedups import modules_in_place
+    run_in_place = modules_in_place.run
+    def logging_in_place(env, source, cwd):
+        with open(os.environ["IN_PLACE_LOG"], "a") as log:
+            print(modules_in_place.module_name(source), file=log)
+        return run_in_place(env, source, cwd)
+    modules_in_place.run = logging_in_place
 from ansible.cli.playbook import main
 sys.argv = ["ansible-playbook", *sys.argv[2:]]
 main()
@@ -76,7 +84,8 @@ _RANDOM = re.compile(r"""/[^\s'"]*ansible[-_][^\s'"]*|<stdin>|\S*AnsiballZ_\w+\.
 
 def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[str]]:
     """ansible-playbook's exit status, every task result in order, and the commands it spawned
-    (and, warm, the number of module_utils each module process adopted in `<mode>.adopted`)."""
+    (and, warm, the number of module_utils each module process or module run in place adopted in
+    `<mode>.adopted`, the modules run in place in `<mode>.in_place`)."""
     workdir = tmp_path / mode
     workdir.mkdir()
     log = tmp_path / f"{mode}.popen"
@@ -87,6 +96,7 @@ def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[st
         "PYTHONPATH": str(WORKER),
         "POPEN_LOG": str(log),
         "ADOPT_LOG": str(tmp_path / f"{mode}.adopted"),
+        "IN_PLACE_LOG": str(tmp_path / f"{mode}.in_place"),
         "ANSIBLE_STDOUT_CALLBACK": "results_json",
         "ANSIBLE_CALLBACK_PLUGINS": str(Path(__file__).parent / "callback_plugins"),
         "ANSIBLE_LIBRARY": str(PLAYBOOK.parent / "library"),
@@ -148,10 +158,22 @@ def test_local_modules_give_the_results_ansible_does_without_a_shell(tmp_path: P
     assert not any("/bin/sh" in command for command in warm_spawned), warm_spawned
     assert (tmp_path / "remote_tmp").is_dir()
     assert not list((tmp_path / "remote_tmp").iterdir())
+    # The kubernetes.core and operator_sdk.util modules ran in their task's own process, a loop's
+    # three items one after another in the same one; the one under a task's timeout did not.
+    in_place = (tmp_path / "warm.in_place").read_text().split()
+    assert [name.rpartition(".")[2] for name in in_place] == ["k8s_info", "k8s", "k8s"] + ["k8s_info"] * 4 + [
+        "k8s_status"
+    ]
+    assert results["k8s_info loop"]["result"]["results"][1]["resources"][0]["metadata"]["name"] == "kube-system"
+    assert results["k8s_info loop"]["result"]["results"][2]["resources"] == []
+    assert results["k8s_info no_log"]["result"]["censored"].startswith("the output has been hidden")
+    assert results["k8s_info with a timeout"]["result"]["resources"][0]["metadata"]["name"] == "kube-system"
+    assert results["k8s_status of nothing"]["status"] == "failed"
     # On ansible-core 2.18 (whose payload cache is the zip) every module process adopted the
     # module_utils its task's process stashed: `ansible.module_utils.basic` and what it imports at
-    # the least. 2.19 keeps a pickle there, and its modules import as they come.
+    # the least; so did the first module run in a task's process, but not the loop's later items
+    # (the first changed them). 2.19 keeps a pickle there, and its modules import as they come.
     adopted = [int(n) for n in (tmp_path / "warm.adopted").read_text().split()] if ANSIBLE_2_18 else []
     module_processes = sum(f"{sys.executable} " in c and "AnsiballZ_" in c for c in cold_spawned)
-    assert len(adopted) == (module_processes if ANSIBLE_2_18 else 0) and module_processes >= 10
+    assert len(adopted) == (module_processes - 2 if ANSIBLE_2_18 else 0) and module_processes >= 16
     assert all(n >= 20 for n in adopted), adopted

@@ -57,7 +57,7 @@ def module_process(archive, env):
     pid = os.fork()
     if pid == 0:
         os.environ.update(env)
-        modules._unload_ansible()
+        modules.unload_ansible()
         module_utils.install()
         sys.path.insert(0, archive)
         import ansible.module_utils.beta, ansible.module_utils.gamma, ansible.module_utils.delta

@@ -463,7 +463,7 @@ def test_payload_bytecode_the_worker_compiled_is_served_by_source_with_the_paylo
         reports = []
         kept.report = lambda kind, meta, data: reports.append((kind, meta, data))
         modules.install_bytecode()
-        modules._cache_payload_bytecode()
+        modules.cache_payload_bytecode()
         for payload in sys.argv[1:]:
             sys.modules.pop("payload_module", None)
             sys.path.insert(0, payload)

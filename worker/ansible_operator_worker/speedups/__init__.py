@@ -65,6 +65,11 @@ Modules
   `ansible.plugins.connection.local`, `ActionBase._is_pipelining_enabled` (2.18) or
   `local.Connection.is_pipelining_enabled` (2.19) and, in module processes,
   `zipimport._compile_source`; 2.18 to 2.21 (any other command line goes to the real `Popen`).
+- `modules_in_place`: the module process itself, for kubernetes.core and operator_sdk.util modules
+  (its fork, copy-on-write faults and exit: some 25 ms of a `k8s` task): they run in the task's
+  own process, which Ansible forked for that task alone, with what they change put back after;
+  patches nothing of Ansible's (`modules` asks it before it forks); 2.18 to 2.21 (the module's
+  name read from the AnsiballZ wrapper of each).
 - `local_tmp`: the shell commands that make, change and remove a task's temporary directory on the
   local connection (`echo ~`, `mkdir`, `chmod`, `rm -rf`: some 40 to 60 ms a module task), made
   here as the same system calls; patches `ActionBase._remote_expand_user`, `._make_tmp_path`,

@@ -13,7 +13,9 @@ from its payload, as a new interpreter would) but keeps the third-party librarie
 imported once (the kubernetes client above all).
 
 Only the plain case is taken: no privilege escalation, no `async`, the module's interpreter
-being the worker's own. Everything else goes to the real Popen unchanged.
+being the worker's own. Everything else goes to the real Popen unchanged. A pipelined
+kubernetes.core or operator_sdk.util module runs in the task's own process instead of a fork of
+it (`modules_in_place`).
 
 A module on the local connection is pipelined, as Ansible does when `pipelining` is on: its
 AnsiballZ source goes to the interpreter's standard input instead of a file in a remote temporary
@@ -48,7 +50,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import kept, process
-from . import module_utils
+from . import module_utils, modules_in_place
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT = re.compile(r"^AnsiballZ_[\w.]+\.py$")
@@ -119,18 +121,24 @@ def same_interpreter(interpreter: str, python: str) -> bool:
 class ForkedModule:
     """What `subprocess.Popen` gives the local connection: the module runs in a fork, its output is
     collected by `communicate`. A pipelined module's fork waits for `communicate`, which brings its
-    source."""
+    source; a pipelined module that runs in place (`modules_in_place`) runs there, in this
+    process."""
 
     def __init__(self, call: ModuleCall, cwd: str | None) -> None:
         self.returncode: int | None = None
         self.stdin = self.stdout = self.stderr = None
         self._call, self._cwd = call, cwd
         self._pipes: dict[int, bytearray] = {}
+        self._output: tuple[bytes, bytes] | None = None
         if call.script is not None:
             self._start(None)
 
     def _start(self, source: bytes | None) -> None:
         call = self._call
+        if source is not None and modules_in_place.runs_in_place(source):
+            self.returncode, out, err = modules_in_place.run(call.env, source, self._cwd)
+            self._output = (out, err)
+            return
         out_read, out_write = os.pipe()
         err_read, err_write = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -146,13 +154,18 @@ class ForkedModule:
         self._pipes = {out_read: bytearray(), err_read: bytearray()}
         self._out, self._err = out_read, err_read
 
+    def _started(self) -> bool:
+        return bool(self._pipes) or self._output is not None
+
     def communicate(self, input: bytes | None = None, timeout: float | None = None) -> tuple[bytes, bytes]:  # noqa: A002
         """Reads the module's output to the end and waits for it."""
         if self._call.script is None:
-            if not self._pipes:
+            if not self._started():
                 self._start(input or b"")
         elif input:
             raise ValueError("a module run from its file takes no input")
+        if self._output is not None:
+            return self._output
         with selectors.DefaultSelector() as selector:
             for fd in self._pipes:
                 selector.register(fd, selectors.EVENT_READ)
@@ -169,7 +182,7 @@ class ForkedModule:
 
     def wait(self, timeout: float | None = None) -> int:
         """Waits for the module process and returns its status as Popen does (-N for signal N)."""
-        if not self._pipes:
+        if not self._started():
             self.communicate()
         if self.returncode is None:
             _, status = os.waitpid(self.pid, 0)
@@ -259,13 +272,13 @@ def _run_module(call: ModuleCall, source: bytes | None, cwd: str | None, stdout:
         if cwd:
             os.chdir(cwd)
         process.standard_streams()
-        _unload_ansible()
+        unload_ansible()
         module_utils.install()
-        _cache_payload_bytecode()
+        cache_payload_bytecode()
         if call.script is None:
             sys.argv = [""]
             sys.path[:] = ["", *process.BASE_SYS_PATH]
-            status = process.run_main(lambda: _run_source(source or b""))
+            status = process.run_main(lambda: run_source(source or b""))
         else:
             sys.argv = [call.script]
             sys.path[:] = [os.path.dirname(call.script), *process.BASE_SYS_PATH]
@@ -274,7 +287,7 @@ def _run_module(call: ModuleCall, source: bytes | None, cwd: str | None, stdout:
         process.finish(status)
 
 
-def _run_source(source: bytes) -> None:
+def run_source(source: bytes) -> None:
     """Runs a script's source as the interpreter runs one read from its standard input: in a new
     `__main__` module that has no `__file__`."""
     main = ModuleType("__main__")
@@ -283,7 +296,7 @@ def _run_source(source: bytes) -> None:
     exec(compile(source, "<stdin>", "exec"), main.__dict__)  # noqa: S102 - the module Ansible runs
 
 
-def _unload_ansible() -> None:
+def unload_ansible() -> None:
     """Forgets Ansible and the collection loader, so the module imports `ansible.module_utils` and
     collection code from its own payload, as in a new interpreter."""
     for name in [n for n in sys.modules if n.split(".", 1)[0] in ("ansible", "ansible_collections")]:
@@ -293,7 +306,7 @@ def _unload_ansible() -> None:
     sys.path_importer_cache.clear()
 
 
-def _cache_payload_bytecode() -> None:
+def cache_payload_bytecode() -> None:
     """A module's payload is a zip of Python sources, which a new interpreter compiles at every
     import (zipimport keeps no bytecode): a tenth of a second for the kubernetes.core modules. The
     same source gives the same code, so the worker keeps code it compiled itself (`kept`) by the
@@ -331,7 +344,7 @@ def _derive_bytecode(meta: dict[str, Any], source: bytes) -> tuple[str, Any, int
     return _bytecode_key(source), code, len(marshal.dumps(code))
 
 
-#: How zipimport compiles a source (before `_cache_payload_bytecode` wraps it).
+#: How zipimport compiles a source (before `cache_payload_bytecode` wraps it).
 _COMPILE_SOURCE = zipimport._compile_source  # type: ignore[attr-defined]
 
 #: Compiled module sources, by `_bytecode_key`.

@@ -1,0 +1,217 @@
+"""Patches: nothing of Ansible's; `modules` asks it before it forks a module process. Knows:
+ansible-core 2.18 to 2.21 (the module's name is read from its AnsiballZ wrapper: `mod_name=` in
+2.18, `module_fqn=` from 2.19).
+
+A kubernetes.core or operator_sdk.util module runs in the task's own process, not in a fork of it:
+the fork, its copy-on-write faults and its exit were half of a module process's CPU (some 25 ms of
+a `k8s` task's 50 on a two-core machine). The task's process is a fork Ansible makes for this one
+task (a `WorkerProcess`) and ends after it, so what the module leaves behind there is seen by no
+later task.
+
+The module runs as in the module process `modules` forks: descriptors 0, 1 and 2 are `/dev/null`
+and two in-memory files, Ansible's own modules are set aside in `sys.modules` (the module imports
+them from its payload), the environment has the command line's variables, signal handlers are
+the defaults of a new interpreter, and its `atexit` handlers run at its end. Everything the task's
+process had before is put back after: descriptors, standard streams, `sys.modules`, the import
+system, `sys.argv`, the environment, the working directory, the umask, signal handlers, warning
+filters.
+
+Only the plain case runs in place: a pipelined module of those two collections, in a task's
+`WorkerProcess`, with no timer armed (a task's `timeout`, which a module process would not see).
+Everything else forks as before. The module_utils the zygote stashed are adopted by the first
+module run in place only: that run changes them, so later ones in the same process (a loop's
+items) import their payload's own, as a new interpreter does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import re
+import signal
+import sys
+import warnings
+import zipimport
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .. import process
+from . import module_utils
+
+#: The modules that run in place: those of these collections.
+COLLECTIONS = (
+    "ansible_collections.kubernetes.core.plugins.modules.",
+    "ansible_collections.operator_sdk.util.plugins.modules.",
+)
+
+#: The module's name in its AnsiballZ wrapper, where Ansible's template writes it (2.18: the
+#: `runpy.run_module` call after the payload's base64; 2.19 on: the wrapper's arguments, before
+#: the module's parameters).
+_NAME = re.compile(rb"\b(?:mod_name|module_fqn)='([\w.]+)'")
+
+
+def module_name(source: bytes) -> str | None:
+    """The fully qualified name of the module an AnsiballZ wrapper runs."""
+    match = _NAME.search(source)
+    return match.group(1).decode() if match else None
+
+
+def runs_in_place(source: bytes) -> bool:
+    """The module this pipelined source runs is one to run in this process."""
+    name = module_name(source)
+    return (
+        name is not None
+        and name.startswith(COLLECTIONS)
+        and _in_task_process()
+        and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    )
+
+
+def _in_task_process() -> bool:
+    """This process is a fork Ansible made for one task, which ends with it."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    return isinstance(multiprocessing.current_process(), WorkerProcess)
+
+
+def run(env: dict[str, str], source: bytes, cwd: str | None) -> tuple[int, bytes, bytes]:
+    """Runs the module `source` here as `python` reading it on its standard input would, with the
+    variables `env` added to the environment: its exit status, standard output and error."""
+    from . import modules
+
+    out = os.memfd_create("module-stdout", os.MFD_CLOEXEC)
+    err = os.memfd_create("module-stderr", os.MFD_CLOEXEC)
+    saved = _State.save()
+    status = 1
+    try:
+        null = os.open(os.devnull, os.O_RDONLY)
+        process.redirect(null, out, err)
+        os.close(null)
+        os.environ.update(env)
+        if cwd:
+            os.chdir(cwd)
+        process.reset_signals()
+        process.standard_streams()
+        atexit._clear()
+        modules.unload_ansible()
+        module_utils.install()
+        modules.cache_payload_bytecode()
+        sys.argv = [""]
+        sys.path[:] = ["", *process.BASE_SYS_PATH]
+        status = process.run_main(lambda: modules.run_source(source))
+        status = _exit(status)
+    finally:
+        saved.restore()
+        module_utils.STASH.clear()
+    return status, _read(out), _read(err)
+
+
+def _exit(status: int) -> int:
+    """What the interpreter does at the end before it exits: `atexit` handlers, then the standard
+    streams flushed (a failed flush makes the status 120)."""
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - atexit reports its own errors
+        pass
+    atexit._clear()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            status = status or 120
+    return status
+
+
+def _read(fd: int) -> bytes:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _State:
+    """What running a module changes in this process, as it was before."""
+
+    descriptors: list[int]
+    streams: tuple[Any, ...]
+    argv: list[str]
+    lists: list[tuple[list[Any], list[Any]]]
+    importer_cache: dict[str, Any]
+    modules: dict[str, ModuleType]
+    compile_source: Any
+    environ: dict[str, str]
+    cwd: str
+    umask: int
+    handlers: dict[int, Any]
+    wakeup_fd: int
+    warning_filters: list[Any]
+    excepthook: Any
+
+    @classmethod
+    def save(cls) -> _State:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return cls(
+            descriptors=[os.dup(fd) for fd in (0, 1, 2)],
+            streams=(sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__),
+            argv=sys.argv,
+            lists=[(current, list(current)) for current in (sys.path, sys.meta_path, sys.path_hooks)],
+            importer_cache=dict(sys.path_importer_cache),
+            modules={
+                name: module
+                for name, module in sys.modules.items()
+                if name == "__main__" or name.split(".", 1)[0] in ("ansible", "ansible_collections")
+            },
+            compile_source=zipimport._compile_source,  # type: ignore[attr-defined]
+            environ=dict(os.environ),
+            cwd=os.getcwd(),
+            umask=umask,
+            handlers={signum: signal.getsignal(signum) for signum in signal.valid_signals()},
+            wakeup_fd=signal.set_wakeup_fd(-1),
+            warning_filters=list(warnings.filters),
+            excepthook=sys.excepthook,
+        )
+
+    def restore(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - the module's output is what it wrote
+                pass
+        for target, fd in enumerate(self.descriptors):
+            os.dup2(fd, target, inheritable=True)
+            os.close(fd)
+        sys.stdin, sys.stdout, sys.stderr, sys.__stdin__, sys.__stdout__, sys.__stderr__ = self.streams
+        sys.argv = self.argv
+        for current, contents in self.lists:
+            current[:] = contents
+        sys.path, sys.meta_path, sys.path_hooks = (current for current, _ in self.lists)
+        sys.path_importer_cache.clear()
+        sys.path_importer_cache.update(self.importer_cache)
+        for name in [n for n in sys.modules if n == "__main__" or n.split(".", 1)[0] in ("ansible", "ansible_collections")]:
+            del sys.modules[name]
+        sys.modules.update(self.modules)
+        zipimport._compile_source = self.compile_source  # type: ignore[attr-defined]
+        process.replace_environment(self.environ)
+        os.chdir(self.cwd)
+        os.umask(self.umask)
+        for signum, handler in self.handlers.items():
+            if handler is not None and signal.getsignal(signum) is not handler:
+                try:
+                    signal.signal(signum, handler)
+                except (OSError, ValueError):
+                    pass
+        signal.set_wakeup_fd(self.wakeup_fd)
+        warnings.filters[:] = self.warning_filters
+        warnings._filters_mutated()  # type: ignore[attr-defined]
+        sys.excepthook = self.excepthook

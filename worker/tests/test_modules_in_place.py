@@ -1,0 +1,106 @@
+"""A module run in the task's own process: its output and status as a module process would give
+them, and the process left as it was. The modules' results against Ansible's own are compared in
+test_local_modules.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from ansible_operator_worker import process
+from ansible_operator_worker.speedups import module_utils, modules_in_place
+
+_ANSIBLE = ("ansible", "ansible_collections")
+
+#: A module that changes what a module may change in its process, writes to both streams (the
+#: second one through its descriptor, as a command it runs would) and exits with 3.
+_MODULE = b"""
+import atexit, os, signal, subprocess, sys, warnings
+assert "ansible.release" not in sys.modules, "the controller's Ansible was not set aside"
+print('{"changed": true, "env": "%s", "cwd": "%s", "main": "%s"}' % (
+    os.environ.get("FROM_COMMAND_LINE"), os.getcwd(), __name__))
+atexit.register(lambda: print("at exit", file=sys.stderr))
+os.environ["SET_BY_MODULE"] = "1"
+os.chdir("/")
+os.umask(0o077)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+warnings.simplefilter("ignore")
+sys.path.insert(0, "/nowhere")
+subprocess.run(["sh", "-c", "echo from a child >&2"], check=True)
+sys.exit(3)
+"""
+
+
+def test_a_module_run_in_place_gives_its_output_and_leaves_the_process_as_it_was(tmp_path: Path) -> None:
+    import ansible.release  # noqa: F401 - the controller's Ansible, which the module must not see
+
+    process.BASE_SYS_PATH[:] = sys.path[1:]
+    os.chdir(tmp_path)
+    before = (
+        dict(os.environ),
+        os.getcwd(),
+        list(sys.path),
+        list(sys.meta_path),
+        {name: module for name, module in sys.modules.items() if name.split(".")[0] in _ANSIBLE},
+        sys.modules["__main__"],
+        signal.getsignal(signal.SIGUSR1),
+        list(warnings.filters),
+        (sys.stdout, sys.stderr),
+        [os.fstat(fd).st_ino for fd in (0, 1, 2)],
+    )
+    module_utils.STASH["stashed"] = None  # type: ignore[assignment]
+
+    status, out, err = modules_in_place.run({"FROM_COMMAND_LINE": "yes"}, _MODULE, str(tmp_path))
+
+    assert status == 3, err
+    assert out == f'{{"changed": true, "env": "yes", "cwd": "{tmp_path}", "main": "__main__"}}\n'.encode()
+    assert err == b"from a child\nat exit\n"
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert umask == 0o022
+    after = (
+        dict(os.environ),
+        os.getcwd(),
+        list(sys.path),
+        list(sys.meta_path),
+        {name: module for name, module in sys.modules.items() if name.split(".")[0] in _ANSIBLE},
+        sys.modules["__main__"],
+        signal.getsignal(signal.SIGUSR1),
+        list(warnings.filters),
+        (sys.stdout, sys.stderr),
+        [os.fstat(fd).st_ino for fd in (0, 1, 2)],
+    )
+    assert after == before
+    # The module may have changed the module_utils it adopted: a later module imports its own.
+    assert module_utils.STASH == {}
+
+
+def test_an_exception_escaping_the_module_is_its_traceback_and_status_1() -> None:
+    process.BASE_SYS_PATH[:] = sys.path[1:]
+    status, out, err = modules_in_place.run({}, b"print('partial')\nraise RuntimeError('broken module')\n", None)
+    assert status == 1
+    assert out == b"partial\n"
+    assert err.startswith(b"Traceback (most recent call last):") and err.endswith(b"RuntimeError: broken module\n")
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        # ansible-core 2.18's wrapper, then 2.19's and later's.
+        (b"ZIPDATA = 'UEsDBA=='\n    runpy.run_module(mod_name='ansible_collections.kubernetes.core.plugins.modules.k8s',", "ansible_collections.kubernetes.core.plugins.modules.k8s"),
+        (b"    ansible_module='k8s_info',\nmodule_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s_info',\nparams='{}'", "ansible_collections.kubernetes.core.plugins.modules.k8s_info"),
+        (b"print('no wrapper')", None),
+    ],
+)
+def test_the_module_name_is_read_from_its_wrapper(source: bytes, name: str | None) -> None:
+    assert modules_in_place.module_name(source) == name
+
+
+def test_only_a_task_process_runs_modules_in_place() -> None:
+    source = b"module_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s',"
+    assert not modules_in_place.runs_in_place(source)
