@@ -17,7 +17,8 @@ system, `sys.argv`, the environment, the working directory, the umask, signal ha
 filters.
 
 Only the plain case runs in place: a pipelined module of those two collections, in a task's
-`WorkerProcess`, with no timer armed (a task's `timeout`, which a module process would not see).
+`WorkerProcess` whose descriptors 0 to 2 are open, with no timer armed (a task's `timeout`, which a
+module process would not see).
 Everything else forks as before. The module_utils the zygote stashed are adopted by the first
 module run in place only: that run changes them, so later ones in the same process (a loop's
 items) import their payload's own, as a new interpreter does.
@@ -66,7 +67,18 @@ def runs_in_place(source: bytes) -> bool:
         and name.startswith(COLLECTIONS)
         and _in_task_process()
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        and _standard_descriptors_open()
     )
+
+
+def _standard_descriptors_open() -> bool:
+    """Descriptors 0, 1 and 2 are open here, to be put back after the module."""
+    try:
+        for fd in (0, 1, 2):
+            os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _in_task_process() -> bool:
