@@ -93,7 +93,10 @@ sys.exit("missing in " + sys.argv[1] + ": " + str(set(prefixes) - found)) if fou
 COPY worker/ansible_operator_worker /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ansible_operator_worker
 COPY collections/ansible_collections/operator_sdk/util \
      /opt/venv/lib/python${PYTHON_VERSION}/site-packages/ansible_collections/operator_sdk/util
-RUN /opt/venv/bin/python -c 'import ansible_operator_worker.zygote' \
+# Bytecode for every file a run imports (plugins, module_utils, the worker): the operator's user
+# cannot write it into /opt/venv, and a run would compile what it imports each time.
+RUN /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib/python${PYTHON_VERSION}/site-packages > /dev/null \
+ && /opt/venv/bin/python -c 'import ansible_operator_worker.zygote' \
  && /opt/venv/bin/ansible-doc kubernetes.core.k8s > /dev/null \
  && /opt/venv/bin/ansible-doc community.crypto.x509_certificate > /dev/null \
  && /opt/venv/bin/ansible-doc operator_sdk.util.k8s_status > /dev/null \
