@@ -17,8 +17,9 @@ system, `sys.argv`, the environment, the working directory, the umask, signal ha
 filters.
 
 Only the plain case runs in place: a pipelined module of those two collections, in a task's
-`WorkerProcess` whose descriptors 0 to 2 are open, with no timer armed (a task's `timeout`, which a
-module process would not see).
+`WorkerProcess` whose descriptors 0 to 2 are open and that runs no other thread (one that wrote to
+them meanwhile would write into the module's output), with no timer armed (a task's `timeout`,
+which a module process would not see).
 Everything else forks as before. The module_utils the zygote stashed are adopted by the first
 module run in place only: that run changes them, so later ones in the same process (a loop's
 items) import their payload's own, as a new interpreter does.
@@ -32,6 +33,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import warnings
 import zipimport
 from dataclasses import dataclass
@@ -67,6 +69,7 @@ def runs_in_place(source: bytes) -> bool:
         and name.startswith(COLLECTIONS)
         and _in_task_process()
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+        and threading.active_count() == 1
         and _standard_descriptors_open()
     )
 
