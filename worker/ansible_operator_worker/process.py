@@ -200,14 +200,10 @@ def run_main(main: object) -> int:
     return exit_status(SystemExit(result))
 
 
-def finish(status: int, report: Callable[[int], None] | None = None) -> NoReturn:
-    """Exits as the interpreter does at the end of a script: atexit handlers, then the standard
-    streams flushed (a failed flush makes the status 120), then _exit.
-
-    `report`, when given, is told the final status and the standard descriptors are closed before
-    _exit: a forked interpreter gives its memory back after _exit, which takes milliseconds (some
-    5 ms for a playbook process), and whoever waits for this process's status or the end of its
-    output need not wait for that."""
+def at_exit(status: int) -> int:
+    """What the interpreter does at the end of a script before it exits: the `atexit` handlers
+    run, then the standard streams flushed; the status it then exits with (120 when a flush
+    failed)."""
     try:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001 - atexit reports its own errors
@@ -218,6 +214,18 @@ def finish(status: int, report: Callable[[int], None] | None = None) -> NoReturn
                 stream.flush()
         except BaseException:  # noqa: BLE001
             status = status or 120
+    return status
+
+
+def finish(status: int, report: Callable[[int], None] | None = None) -> NoReturn:
+    """Exits as the interpreter does at the end of a script: atexit handlers, then the standard
+    streams flushed (a failed flush makes the status 120), then _exit.
+
+    `report`, when given, is told the final status and the standard descriptors are closed before
+    _exit: a forked interpreter gives its memory back after _exit, which takes milliseconds (some
+    5 ms for a playbook process), and whoever waits for this process's status or the end of its
+    output need not wait for that."""
+    status = at_exit(status)
     if report is not None:
         try:
             report(status)

@@ -115,28 +115,12 @@ def run(env: dict[str, str], source: bytes, cwd: str | None) -> tuple[int, bytes
         modules.cache_payload_bytecode()
         sys.argv = [""]
         sys.path[:] = ["", *process.BASE_SYS_PATH]
-        status = process.run_main(lambda: modules.run_source(source))
-        status = _exit(status)
+        status = process.at_exit(process.run_main(lambda: modules.run_source(source)))
+        atexit._clear()
     finally:
         saved.restore()
         module_utils.STASH.clear()
     return status, _read(out), _read(err)
-
-
-def _exit(status: int) -> int:
-    """What the interpreter does at the end before it exits: `atexit` handlers, then the standard
-    streams flushed (a failed flush makes the status 120)."""
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:  # noqa: BLE001 - atexit reports its own errors
-        pass
-    atexit._clear()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001
-            status = status or 120
-    return status
 
 
 def _read(fd: int) -> bytes:
