@@ -117,9 +117,7 @@ done
 # Their bytecode, written now: a run imports their plugins (the k8s action plugin alone is some
 # 2.5 ms to compile), and a run cannot cache what it compiles where PYTHONDONTWRITEBYTECODE is set
 # or the venv is not its own to write (the image's user). Files already compiled are skipped.
-for collection in kubernetes/core community/crypto; do
-  "${venv}/bin/python" -m compileall -q -j 0 "${collections_dir}/${collection}" >/dev/null
-done
+"${venv}/bin/python" -m compileall -q -j 0 "${collections_dir}/kubernetes/core" "${collections_dir}/community/crypto" >/dev/null
 
 # 3. The project's own operator_sdk.util collection, live from the repository.
 if [[ ! -d "${own_collection}" ]]; then

@@ -67,12 +67,14 @@ if sys.argv[1] == "warm":
     module_utils.adopt = adopting
     # Each module run in a task's own process logged.
     from ansible_operator_worker.speedups import modules_in_place
-    run_in_place = modules_in_place.run
-    def logging_in_place(env, source, cwd):
-        with open(os.environ["IN_PLACE_LOG"], "a") as log:
-            print(modules_in_place.module_name(source), file=log)
-        return run_in_place(env, source, cwd)
-    modules_in_place.run = logging_in_place
+    decide = modules_in_place.runs_in_place
+    def logging_in_place(source):
+        in_place = decide(source)
+        if in_place:
+            with open(os.environ["IN_PLACE_LOG"], "a") as log:
+                print(modules_in_place.module_name(source), file=log)
+        return in_place
+    modules_in_place.runs_in_place = logging_in_place
 from ansible.cli.playbook import main
 sys.argv = ["ansible-playbook", *sys.argv[2:]]
 main()

@@ -9,11 +9,12 @@ import signal
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ansible_operator_worker import process
-from ansible_operator_worker.speedups import module_utils, modules_in_place
+from ansible_operator_worker.speedups import module_utils, modules, modules_in_place
 
 _ANSIBLE = ("ansible", "ansible_collections")
 
@@ -36,12 +37,9 @@ sys.exit(3)
 """
 
 
-def test_a_module_run_in_place_gives_its_output_and_leaves_the_process_as_it_was(tmp_path: Path) -> None:
-    import ansible.release  # noqa: F401 - the controller's Ansible, which the module must not see
-
-    process.BASE_SYS_PATH[:] = sys.path[1:]
-    os.chdir(tmp_path)
-    before = (
+def _process_state() -> tuple[Any, ...]:
+    """What a module run in place may change in this process."""
+    return (
         dict(os.environ),
         os.getcwd(),
         list(sys.path),
@@ -53,9 +51,22 @@ def test_a_module_run_in_place_gives_its_output_and_leaves_the_process_as_it_was
         (sys.stdout, sys.stderr),
         [os.fstat(fd).st_ino for fd in (0, 1, 2)],
     )
+
+
+def _run_in_place(source: bytes, env: dict[str, str], cwd: str | None) -> tuple[int, bytes, bytes]:
+    call = modules.ModuleCall(env=env, script=None, interpreter=sys.executable)
+    return modules_in_place.run(lambda: modules.become_module(call, source, cwd))
+
+
+def test_a_module_run_in_place_gives_its_output_and_leaves_the_process_as_it_was(tmp_path: Path) -> None:
+    import ansible.release  # noqa: F401 - the controller's Ansible, which the module must not see
+
+    process.BASE_SYS_PATH[:] = sys.path[1:]
+    os.chdir(tmp_path)
+    before = _process_state()
     module_utils.STASH["stashed"] = None  # type: ignore[assignment]
 
-    status, out, err = modules_in_place.run({"FROM_COMMAND_LINE": "yes"}, _MODULE, str(tmp_path))
+    status, out, err = _run_in_place(_MODULE, {"FROM_COMMAND_LINE": "yes"}, str(tmp_path))
 
     assert status == 3, err
     assert out == f'{{"changed": true, "env": "yes", "cwd": "{tmp_path}", "main": "__main__"}}\n'.encode()
@@ -63,26 +74,14 @@ def test_a_module_run_in_place_gives_its_output_and_leaves_the_process_as_it_was
     umask = os.umask(0o022)
     os.umask(umask)
     assert umask == 0o022
-    after = (
-        dict(os.environ),
-        os.getcwd(),
-        list(sys.path),
-        list(sys.meta_path),
-        {name: module for name, module in sys.modules.items() if name.split(".")[0] in _ANSIBLE},
-        sys.modules["__main__"],
-        signal.getsignal(signal.SIGUSR1),
-        list(warnings.filters),
-        (sys.stdout, sys.stderr),
-        [os.fstat(fd).st_ino for fd in (0, 1, 2)],
-    )
-    assert after == before
+    assert _process_state() == before
     # The module may have changed the module_utils it adopted: a later module imports its own.
     assert module_utils.STASH == {}
 
 
 def test_an_exception_escaping_the_module_is_its_traceback_and_status_1() -> None:
     process.BASE_SYS_PATH[:] = sys.path[1:]
-    status, out, err = modules_in_place.run({}, b"print('partial')\nraise RuntimeError('broken module')\n", None)
+    status, out, err = _run_in_place(b"print('partial')\nraise RuntimeError('broken module')\n", {}, None)
     assert status == 1
     assert out == b"partial\n"
     assert err.startswith(b"Traceback (most recent call last):") and err.endswith(b"RuntimeError: broken module\n")

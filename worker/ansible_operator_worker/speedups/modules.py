@@ -136,7 +136,7 @@ class ForkedModule:
     def _start(self, source: bytes | None) -> None:
         call = self._call
         if source is not None and modules_in_place.runs_in_place(source):
-            self.returncode, out, err = modules_in_place.run(call.env, source, self._cwd)
+            self.returncode, out, err = modules_in_place.run(lambda: become_module(call, source, self._cwd))
             self._output = (out, err)
             return
         out_read, out_write = os.pipe()
@@ -257,34 +257,42 @@ def _pipeline_plain_local_modules(local_connection: type) -> None:
 
 
 def _run_module(call: ModuleCall, source: bytes | None, cwd: str | None, stdout: int, stderr: int) -> None:
-    """In the module process: become `python <script>` (or `python` reading `source` from its
-    standard input) and run it; never returns."""
+    """In the module process: `become_module` with standard input from `/dev/null` and standard
+    output and error on `stdout` and `stderr`, then exit as the interpreter would; never returns."""
     status = 1
     try:
         process.set_name(call.interpreter)
-        atexit._clear()
-        process.reset_signals()
         stdin = os.open(os.devnull, os.O_RDONLY)
         process.redirect(stdin, stdout, stderr)
         for fd in {stdin, stdout, stderr} - {0, 1, 2}:
             os.close(fd)
-        os.environ.update(call.env)
-        if cwd:
-            os.chdir(cwd)
-        process.standard_streams()
-        unload_ansible()
-        module_utils.install()
-        cache_payload_bytecode()
-        if call.script is None:
-            sys.argv = [""]
-            sys.path[:] = ["", *process.BASE_SYS_PATH]
-            status = process.run_main(lambda: run_source(source or b""))
-        else:
-            sys.argv = [call.script]
-            sys.path[:] = [os.path.dirname(call.script), *process.BASE_SYS_PATH]
-            status = process.run_main(lambda: runpy.run_path(call.script, run_name="__main__"))
+        status = become_module(call, source, cwd)
     finally:
         process.finish(status)
+
+
+def become_module(call: ModuleCall, source: bytes | None, cwd: str | None) -> int:
+    """With descriptors 0 to 2 set: become `python <script>` (or `python` reading `source` from
+    its standard input), with the call's environment variables, in `cwd`, with a new interpreter's
+    signal handlers, standard streams and no exit handlers, Ansible set aside, and run it; its
+    status, before the exit handlers run."""
+    os.environ.update(call.env)
+    if cwd:
+        os.chdir(cwd)
+    process.reset_signals()
+    process.standard_streams()
+    atexit._clear()
+    unload_ansible()
+    module_utils.install()
+    cache_payload_bytecode()
+    if call.script is None:
+        sys.argv = [""]
+        sys.path[:] = ["", *process.BASE_SYS_PATH]
+        return process.run_main(lambda: run_source(source or b""))
+    script = call.script
+    sys.argv = [script]
+    sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
+    return process.run_main(lambda: runpy.run_path(script, run_name="__main__"))
 
 
 def run_source(source: bytes) -> None:

@@ -36,6 +36,7 @@ import sys
 import threading
 import warnings
 import zipimport
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -91,11 +92,10 @@ def _in_task_process() -> bool:
     return isinstance(multiprocessing.current_process(), WorkerProcess)
 
 
-def run(env: dict[str, str], source: bytes, cwd: str | None) -> tuple[int, bytes, bytes]:
-    """Runs the module `source` here as `python` reading it on its standard input would, with the
-    variables `env` added to the environment: its exit status, standard output and error."""
-    from . import modules
-
+def run(become: Callable[[], int]) -> tuple[int, bytes, bytes]:
+    """Runs a module here: `become()` (`modules.become_module`) with standard input from
+    `/dev/null` and standard output and error into memory, then the exit handlers it registered;
+    its exit status, standard output and error, with this process put back as it was."""
     out = os.memfd_create("module-stdout", os.MFD_CLOEXEC)
     err = os.memfd_create("module-stderr", os.MFD_CLOEXEC)
     saved = _State.save()
@@ -104,18 +104,7 @@ def run(env: dict[str, str], source: bytes, cwd: str | None) -> tuple[int, bytes
         null = os.open(os.devnull, os.O_RDONLY)
         process.redirect(null, out, err)
         os.close(null)
-        os.environ.update(env)
-        if cwd:
-            os.chdir(cwd)
-        process.reset_signals()
-        process.standard_streams()
-        atexit._clear()
-        modules.unload_ansible()
-        module_utils.install()
-        modules.cache_payload_bytecode()
-        sys.argv = [""]
-        sys.path[:] = ["", *process.BASE_SYS_PATH]
-        status = process.at_exit(process.run_main(lambda: modules.run_source(source)))
+        status = process.at_exit(become())
         atexit._clear()
     finally:
         saved.restore()
@@ -132,6 +121,11 @@ def _read(fd: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _set_aside(name: str) -> bool:
+    """A module the module run replaces with its own: Ansible's, a collection's, `__main__`."""
+    return name == "__main__" or name.split(".", 1)[0] in ("ansible", "ansible_collections")
 
 
 @dataclass
@@ -166,11 +160,7 @@ class _State:
             argv=sys.argv,
             lists=[(current, list(current)) for current in (sys.path, sys.meta_path, sys.path_hooks)],
             importer_cache=dict(sys.path_importer_cache),
-            modules={
-                name: module
-                for name, module in sys.modules.items()
-                if name == "__main__" or name.split(".", 1)[0] in ("ansible", "ansible_collections")
-            },
+            modules={name: module for name, module in sys.modules.items() if _set_aside(name)},
             compile_source=zipimport._compile_source,  # type: ignore[attr-defined]
             environ=dict(os.environ),
             cwd=os.getcwd(),
@@ -197,7 +187,7 @@ class _State:
         sys.path, sys.meta_path, sys.path_hooks = (current for current, _ in self.lists)
         sys.path_importer_cache.clear()
         sys.path_importer_cache.update(self.importer_cache)
-        for name in [n for n in sys.modules if n == "__main__" or n.split(".", 1)[0] in ("ansible", "ansible_collections")]:
+        for name in [name for name in sys.modules if _set_aside(name)]:
             del sys.modules[name]
         sys.modules.update(self.modules)
         zipimport._compile_source = self.compile_source  # type: ignore[attr-defined]
