@@ -28,7 +28,7 @@ def logged(event, args):
         with open(os.environ["POPEN_LOG"], "a") as log:
             print(repr(args[1]), file=log)
 sys.addaudithook(logged)
-if sys.argv[1] == "warm":
+if sys.argv[1] in ("warm", "inline"):
     from ansible_operator_worker import process
     from ansible_operator_worker.speedups import local_tmp, module_utils, modules
     process.BASE_SYS_PATH[:] = sys.path[1:]
@@ -65,16 +65,20 @@ if sys.argv[1] == "warm":
             with open(os.environ["ADOPT_LOG"], "a") as log:
                 print(len(names), file=log)
     module_utils.adopt = adopting
-    # Each module run in a task's own process logged.
-    from ansible_operator_worker.speedups import modules_in_place
+    # Each module run in place logged, with where: a task's own process, or the playbook process
+    # running its task inline (when asked to).
+    from ansible_operator_worker.speedups import inline_tasks, modules_in_place
     decide = modules_in_place.runs_in_place
     def logging_in_place(source):
         in_place = decide(source)
         if in_place:
+            where = "inline" if inline_tasks.module_task_inline() else "task"
             with open(os.environ["IN_PLACE_LOG"], "a") as log:
-                print(modules_in_place.module_name(source), file=log)
+                print(f"{modules_in_place.module_name(source).rpartition('.')[2]}:{where}", file=log)
         return in_place
     modules_in_place.runs_in_place = logging_in_place
+    if sys.argv[1] == "inline":
+        inline_tasks.install()
 from ansible.cli.playbook import main
 sys.argv = ["ansible-playbook", *sys.argv[2:]]
 main()
@@ -163,8 +167,8 @@ def test_local_modules_give_the_results_ansible_does_without_a_shell(tmp_path: P
     # The kubernetes.core and operator_sdk.util modules ran in their task's own process, a loop's
     # three items one after another in the same one; the one under a task's timeout did not.
     in_place = (tmp_path / "warm.in_place").read_text().split()
-    assert [name.rpartition(".")[2] for name in in_place] == ["k8s_info", "k8s", "k8s"] + ["k8s_info"] * 4 + [
-        "k8s_status"
+    assert in_place == [
+        f"{name}:task" for name in ["k8s_info", "k8s", "k8s"] + ["k8s_info"] * 4 + ["k8s_status"] + ["k8s"] * 4
     ]
     assert results["k8s_info loop"]["result"]["results"][1]["resources"][0]["metadata"]["name"] == "kube-system"
     assert results["k8s_info loop"]["result"]["results"][2]["resources"] == []
@@ -179,3 +183,34 @@ def test_local_modules_give_the_results_ansible_does_without_a_shell(tmp_path: P
     module_processes = sum(f"{sys.executable} " in c and "AnsiballZ_" in c for c in cold_spawned)
     assert len(adopted) == (module_processes - 2 if ANSIBLE_2_18 else 0) and module_processes >= 16
     assert all(n >= 20 for n in adopted), adopted
+
+
+@pytest.mark.skipif("KUBECONFIG" not in os.environ, reason="the k8s tasks need a cluster (KUBECONFIG)")
+@pytest.mark.skipif(not ANSIBLE_2_18, reason="inline tasks know ansible-core 2.18's executor only")
+def test_module_tasks_inline_give_the_results_ansible_does(tmp_path: Path) -> None:
+    cold_status, cold, _ = _play("cold", tmp_path)
+    inline_status, inline, inline_spawned = _play("inline", tmp_path)
+    assert inline_status == cold_status == 0
+    assert _comparable(inline) == _comparable(cold)
+    assert not any("/bin/sh" in command for command in inline_spawned), inline_spawned
+    # The plain kubernetes.core and operator_sdk.util tasks ran in the playbook process, their
+    # modules in place; a loop's items in their task's process; the task under a timeout, and the
+    # one whose arguments call a lookup, forked (that one's module in place in its process).
+    in_place = (tmp_path / "inline.in_place").read_text().split()
+    assert in_place == [
+        "k8s_info:inline",
+        "k8s:inline",
+        "k8s:inline",
+        *["k8s_info:task"] * 3,
+        "k8s_info:inline",
+        "k8s_status:inline",
+        "k8s:task",
+        "k8s:inline",
+        "k8s:inline",
+        "k8s:inline",
+    ]
+    results = {entry["task"]: entry for entry in inline}
+    assert results["k8s with a lookup after it"]["status"] == "ok"
+    assert results["k8s with a lookup after it"]["result"]["method"] == "create"
+    assert results["k8s in check mode with diff"]["result"]["method"] == "create"
+    assert results["k8s_info no_log"]["result"]["censored"].startswith("the output has been hidden")

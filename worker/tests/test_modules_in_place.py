@@ -4,9 +4,11 @@ test_local_modules.py."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from ansible_operator_worker import process
-from ansible_operator_worker.speedups import module_utils, modules, modules_in_place
+from ansible_operator_worker.speedups import inline_tasks, module_utils, modules, modules_in_place
 
 _ANSIBLE = ("ansible", "ansible_collections")
 
@@ -65,8 +67,15 @@ def test_a_module_run_in_place_gives_its_output_and_leaves_the_process_as_it_was
     os.chdir(tmp_path)
     before = _process_state()
     module_utils.STASH["stashed"] = None  # type: ignore[assignment]
+    own_exit_ran: list[bool] = []
+    atexit.register(own_exit_ran.append, True)
+    handlers = atexit._ncallbacks()  # type: ignore[attr-defined]
 
     status, out, err = _run_in_place(_MODULE, {"FROM_COMMAND_LINE": "yes"}, str(tmp_path))
+
+    # The module's exit handler ran at its end; this process's own neither ran nor was lost.
+    assert atexit._ncallbacks() == handlers and not own_exit_ran  # type: ignore[attr-defined]
+    atexit.unregister(own_exit_ran.append)
 
     assert status == 3, err
     assert out == f'{{"changed": true, "env": "yes", "cwd": "{tmp_path}", "main": "__main__"}}\n'.encode()
@@ -100,6 +109,34 @@ def test_the_module_name_is_read_from_its_wrapper(source: bytes, name: str | Non
     assert modules_in_place.module_name(source) == name
 
 
-def test_only_a_task_process_runs_modules_in_place() -> None:
+def test_only_a_task_process_or_a_module_task_inline_runs_modules_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     source = b"module_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s',"
     assert not modules_in_place.runs_in_place(source)
+    # A module task inline in the playbook process: in place while no thread but the strategy's
+    # results thread runs beside it; a module of another collection never.
+    monkeypatch.setattr(inline_tasks, "_MODULE_STARTED", False)
+    assert modules_in_place.runs_in_place(source)
+    assert not modules_in_place.runs_in_place(b"module_fqn='ansible_collections.community.general.plugins.modules.x',")
+    from ansible.plugins.strategy import StrategySentinel, results_thread_main
+
+    release = threading.Event()
+
+    class Queue:
+        def get(self) -> StrategySentinel:
+            release.wait()
+            return StrategySentinel()
+
+    class Strategy:
+        _final_q = Queue()
+
+    results = threading.Thread(target=results_thread_main, args=(Strategy(),))
+    other = threading.Thread(target=release.wait)
+    results.start()
+    try:
+        assert modules_in_place.runs_in_place(source)
+        other.start()
+        assert not modules_in_place.runs_in_place(source)
+    finally:
+        release.set()
+        results.join()
+        other.join()

@@ -49,8 +49,10 @@ The playbook process (ansible-playbook)
 Tasks
 - `task_forks`: plugin listings and lookups every task's fork made again (about 3 ms a task);
   patches `ansible.executor.process.worker.WorkerProcess.start`; 2.18 to 2.21, no version check.
-- `inline_tasks`: the fork of a task that never leaves the controller; patches
-  `WorkerProcess.start` to run Ansible's `TaskExecutor` in place; 2.18 only (`supported()`; otherwise every task forks).
+- `inline_tasks`: the fork of a task that never leaves the controller, and of a kubernetes.core or
+  operator_sdk.util task on the local connection of a one-host play (its module then runs in
+  place); patches `WorkerProcess.start` to run Ansible's `TaskExecutor` in place; 2.18 only
+  (`supported()`; otherwise every task forks).
 - `jinja_misses`: the search for Jinja2's own filters and tests through Ansible's plugin loader
   (some 2 ms a name in every task's fork); patches
   `ansible.plugins.loader.Jinja2Loader.get_with_context`; 2.18 only (from 2.19 on: not installed).
@@ -67,7 +69,8 @@ Modules
   `zipimport._compile_source`; 2.18 to 2.21 (any other command line goes to the real `Popen`).
 - `modules_in_place`: the module process itself, for kubernetes.core and operator_sdk.util modules
   (its fork, copy-on-write faults and exit: some 25 ms of a `k8s` task): they run in the task's
-  own process, which Ansible forked for that task alone, with what they change put back after;
+  own process, which Ansible forked for that task alone, or in the playbook process running the
+  task inline, with what they change put back after and exit handlers of their own;
   patches nothing of Ansible's (`modules` asks it before it forks); 2.18 to 2.21 (the module's
   name read from the AnsiballZ wrapper of each).
 - `local_tmp`: the shell commands that make, change and remove a task's temporary directory on the

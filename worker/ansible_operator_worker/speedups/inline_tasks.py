@@ -21,11 +21,22 @@ Any other task forks as before:
   that every later fork would inherit. It is given up before the lookup runs, its result thrown
   away, and forked.
 
+Module tasks of kubernetes.core and operator_sdk.util run inline too, their module in place
+(`modules_in_place`): the task's fork, its copy-on-write faults (the playbook process's too) and
+its exit were some 30 ms of a one-task reconcile's CPU. Only where nothing else of the play runs
+meanwhile: the play's batch is one host, no task process of the run is alive (so the strategy's
+results thread, the one other thread, has nothing to show while the module's output is taken),
+the connection is `local` by the host's `ansible_connection` (a template, or another, forks) and
+there is no `become`. A lookup its arguments call forks it as above; once its module has started,
+a lookup (in `changed_when`, `failed_when`) runs here, as the module must not run twice. A module
+that ends the process (`os._exit`, a crash) ends the run, not only its task.
+
 ansible-core 2.18's executor is the one this knows; with another, every task forks."""
 
 from __future__ import annotations
 
 import inspect
+import multiprocessing
 import os
 import traceback
 from typing import Any
@@ -33,6 +44,12 @@ from typing import Any
 #: The builtin actions run inline: none has a connection, runs a module or runs a plugin of its
 #: own (`_requires_connection = False` in each).
 ACTIONS = frozenset({"assert", "debug", "fail", "set_fact"})
+
+#: The collections whose modules run inline, in place (`modules_in_place`).
+MODULE_COLLECTIONS = ("kubernetes.core.", "operator_sdk.util.")
+
+#: While a module task runs inline: whether its module has been started (None: none runs inline).
+_MODULE_STARTED: bool | None = None
 
 
 class _LookupWanted(BaseException):
@@ -57,7 +74,10 @@ def install() -> None:
     start = WorkerProcess.start
 
     def start_inline_where_possible(self: Any) -> Any:
-        if eligible(self._task) and run_inline(self):
+        task = self._task
+        if eligible(task) and run_inline(self):
+            return None
+        if eligible_module(task) and alone(self._task_vars, self._play_context, task) and run_inline(self, module=True):
             return None
         return start(self)
 
@@ -67,11 +87,56 @@ def install() -> None:
 def eligible(task: Any) -> bool:
     """Whether `task` may run inline: one of `ACTIONS`, resolved to Ansible's own plugin, with
     nothing that makes it wait, repeat, run elsewhere or run other plugins."""
+    return _plain(task) and _builtin_action(task.action, task.collections)
+
+
+def eligible_module(task: Any) -> bool:
+    """Whether `task` may run inline with its module in place: a module of `MODULE_COLLECTIONS`,
+    with nothing that makes it wait, repeat or run elsewhere, and no `become`."""
+    if not _plain(task) or task.become:
+        return False
+    from ansible.plugins.loader import module_loader
+
+    try:
+        found = module_loader.find_plugin_with_context(task.action, collection_list=task.collections)
+    except Exception:  # noqa: BLE001 - the forked task looks for it again and reports what fails
+        return False
+    return bool(found.resolved) and str(found.resolved_fqcn).startswith(MODULE_COLLECTIONS)
+
+
+def alone(task_vars: Any, play_context: Any, task: Any) -> bool:
+    """Whether a module task may run in this process now: the play's batch is one host, no task
+    process is alive, the host's connection is `local` and nothing asks for `become`."""
+    batch = task_vars.get("ansible_play_batch")
+    connection = task_vars.get("ansible_connection") or task.connection or play_context.connection
+    return (
+        isinstance(batch, list)
+        and len(batch) == 1
+        and connection == "local"
+        and not task_vars.get("ansible_become")
+        and not play_context.become
+        and not multiprocessing.active_children()
+    )
+
+
+def module_task_inline() -> bool:
+    """A module task runs inline in this process now (its module may run in place)."""
+    return _MODULE_STARTED is not None
+
+
+def module_started() -> None:
+    """The module task running inline has started its module: from now on it cannot be given up
+    and forked."""
+    global _MODULE_STARTED
+    if _MODULE_STARTED is False:
+        _MODULE_STARTED = True
+
+
+def _plain(task: Any) -> bool:
+    """Nothing makes `task` wait, repeat, run elsewhere or set an alarm."""
     if task.loop is not None or task.loop_with or task.until or task.delegate_to:
         return False
-    if task.async_val or task.timeout:
-        return False
-    return _builtin_action(task.action, task.collections)
+    return not (task.async_val or task.timeout)
 
 
 def _builtin_action(action: str, collections: Any) -> bool:
@@ -92,10 +157,12 @@ def _builtin_action(action: str, collections: Any) -> bool:
     return bool(found.resolved) and found.plugin_resolved_path == builtin
 
 
-def run_inline(worker: Any) -> bool:
+def run_inline(worker: Any, module: bool = False) -> bool:
     """Runs the worker's task in this process and sends its result as the worker would; False
-    when it did not (the task called for a lookup plugin, or could not be copied): nothing was
-    sent, and the task is forked."""
+    when it did not (the task called for a lookup plugin before any module of it started, or could
+    not be copied): nothing was sent, and the task is forked. `module`: a module task, whose module
+    may run in place."""
+    global _MODULE_STARTED
     from ansible.executor.task_executor import TaskExecutor
     from ansible.plugins.loader import lookup_loader
 
@@ -105,14 +172,18 @@ def run_inline(worker: Any) -> bool:
     except Exception:  # noqa: BLE001 - the forked task meets the same and reports it
         return False
     wanted: list[str] = []
+    own = lookup_loader.__dict__.get("get")
+    get = lookup_loader.get
 
     def refuse(name: str, *args: Any, **kwargs: Any) -> Any:
+        if _MODULE_STARTED:
+            return get(name, *args, **kwargs)
         wanted.append(name)
         raise _LookupWanted()
 
-    own = lookup_loader.__dict__.get("get")
     lookup_loader.get = refuse  # type: ignore[method-assign]
     stdin = open(os.devnull)  # noqa: SIM115 - what the worker gives a task with no terminal
+    _MODULE_STARTED = False if module else None
     try:
         result: dict[str, Any] = TaskExecutor(
             worker._host,
@@ -130,12 +201,13 @@ def run_inline(worker: Any) -> bool:
     except Exception:  # noqa: BLE001 - as the worker reports a task that raised
         result = {"failed": True, "exception": traceback.format_exc(), "stdout": ""}
     finally:
+        started, _MODULE_STARTED = _MODULE_STARTED, None
         if own is None:
             del lookup_loader.get
         else:
             lookup_loader.get = own  # type: ignore[method-assign]
         stdin.close()
-    if wanted:
+    if wanted and not started:
         return False  # a lookup was wanted and its refusal swallowed on the way
     _send(worker, task, result)
     return True

@@ -50,7 +50,7 @@ from types import ModuleType
 from typing import Any
 
 from .. import kept, process
-from . import module_utils, modules_in_place
+from . import inline_tasks, module_utils, modules_in_place
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCRIPT = re.compile(r"^AnsiballZ_[\w.]+\.py$")
@@ -209,6 +209,7 @@ class _Subprocess(ModuleType):
         return getattr(subprocess, name)
 
     def Popen(self, args: Any, *rest: Any, **kwargs: Any) -> Any:  # noqa: N802 - subprocess's name
+        inline_tasks.module_started()
         call = parse(args, self._python) if kwargs.get("shell") and not rest else None
         if call is None or kwargs.get("stdin") != subprocess.PIPE:
             return subprocess.Popen(args, *rest, **kwargs)

@@ -6,7 +6,9 @@ A kubernetes.core or operator_sdk.util module runs in the task's own process, no
 the fork, its copy-on-write faults and its exit were half of a module process's CPU (some 25 ms of
 a `k8s` task's 50 on a two-core machine). The task's process is a fork Ansible makes for this one
 task (a `WorkerProcess`) and ends after it, so what the module leaves behind there is seen by no
-later task.
+later task. Or it is the playbook process, where `inline_tasks` runs the task itself: there what
+the module changes is put back as below, its exit handlers run at its end and the process's own
+are kept.
 
 The module runs as in the module process `modules` forks: descriptors 0, 1 and 2 are `/dev/null`
 and two in-memory files, Ansible's own modules are set aside in `sys.modules` (the module imports
@@ -16,9 +18,11 @@ process had before is put back after: descriptors, standard streams, `sys.module
 system, `sys.argv`, the environment, the working directory, the umask, signal handlers, warning
 filters.
 
-Only the plain case runs in place: a pipelined module of those two collections, in a task's
-`WorkerProcess` whose descriptors 0 to 2 are open and that runs no other thread (one that wrote to
-them meanwhile would write into the module's output), with no timer armed (a task's `timeout`,
+Only the plain case runs in place: a pipelined module of those two collections, in the main
+thread of a task's `WorkerProcess` that runs no other thread, or of the playbook process running
+the task inline whose one other thread is the strategy's results thread (one that wrote to the
+descriptors meanwhile would write into the module's output; `inline_tasks` sees that the results
+thread has nothing to show), with descriptors 0 to 2 open and no timer armed (a task's `timeout`,
 which a module process would not see).
 Everything else forks as before. The module_utils the zygote stashed are adopted by the first
 module run in place only: that run changes them, so later ones in the same process (a loop's
@@ -28,21 +32,23 @@ items) import their payload's own, as a new interpreter does.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 import re
 import signal
 import sys
 import threading
+import traceback
 import warnings
 import zipimport
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from .. import process
-from . import module_utils
+from . import inline_tasks, module_utils
 
 #: The modules that run in place: those of these collections.
 COLLECTIONS = (
@@ -68,10 +74,21 @@ def runs_in_place(source: bytes) -> bool:
     return (
         name is not None
         and name.startswith(COLLECTIONS)
-        and _in_task_process()
+        and threading.current_thread() is threading.main_thread()
+        and (_in_task_process() and threading.active_count() == 1 or _inline_with_results_thread_only())
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
-        and threading.active_count() == 1
         and _standard_descriptors_open()
+    )
+
+
+def _inline_with_results_thread_only() -> bool:
+    """A module task runs inline in this playbook process, whose only other thread is the
+    strategy's results thread."""
+    from ansible.plugins.strategy import results_thread_main
+
+    others = [thread for thread in threading.enumerate() if thread is not threading.current_thread()]
+    return inline_tasks.module_task_inline() and all(
+        getattr(thread, "_target", None) is results_thread_main for thread in others
     )
 
 
@@ -101,15 +118,57 @@ def run(become: Callable[[], int]) -> tuple[int, bytes, bytes]:
     saved = _State.save()
     status = 1
     try:
-        null = os.open(os.devnull, os.O_RDONLY)
-        process.redirect(null, out, err)
-        os.close(null)
-        status = process.at_exit(become())
-        atexit._clear()
+        with _exit_handlers_of_its_own():
+            null = os.open(os.devnull, os.O_RDONLY)
+            process.redirect(null, out, err)
+            os.close(null)
+            status = process.at_exit(become())
     finally:
         saved.restore()
         module_utils.STASH.clear()
     return status, _read(out), _read(err)
+
+
+@contextlib.contextmanager
+def _exit_handlers_of_its_own() -> Iterator[None]:
+    """`atexit` as the module sees it: handlers of its own, which `become` clears, the module
+    registers and `process.at_exit` runs (last registered first, an error printed as the
+    interpreter does), while this process's own are neither run nor lost."""
+    handlers: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+
+    def register(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        handlers.append((func, args, kwargs))
+        return func
+
+    def unregister(func: Callable[..., Any]) -> None:
+        handlers[:] = [handler for handler in handlers if handler[0] != func]
+
+    def run_all() -> None:
+        while handlers:
+            func, args, kwargs = handlers.pop()
+            try:
+                func(*args, **kwargs)
+            except SystemExit:
+                pass
+            except BaseException:  # noqa: BLE001 - as the interpreter reports it, and goes on
+                print(f"Exception ignored in atexit callback: {func!r}", file=sys.stderr)
+                traceback.print_exc()
+
+    own = {
+        "register": register,
+        "unregister": unregister,
+        "_clear": handlers.clear,
+        "_run_exitfuncs": run_all,
+        "_ncallbacks": handlers.__len__,
+    }
+    saved = {name: getattr(atexit, name) for name in own}
+    for name, function in own.items():
+        setattr(atexit, name, function)
+    try:
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(atexit, name, function)
 
 
 def _read(fd: int) -> bytes:
