@@ -135,3 +135,44 @@ def test_a_builtin_action_a_playbook_shadows_forks(tmp_path: Path, monkeypatch: 
     finally:
         monkeypatch.undo()
         action_loader._clear_caches()
+
+
+@pytest.mark.parametrize(
+    ("data", "inline"),
+    [
+        ({"kubernetes.core.k8s_info": {"kind": "Namespace"}}, True),
+        ({"k8s_info": {"kind": "Namespace"}, "collections": ["kubernetes.core"]}, True),
+        ({"kubernetes.core.k8s": {"state": "present"}}, True),
+        ({"operator_sdk.util.k8s_status": {"kind": "x"}}, True),
+        ({"kubernetes.core.k8s": {}, "become": True}, False),
+        ({"kubernetes.core.k8s": {}, "loop": [1]}, False),
+        ({"kubernetes.core.k8s": {}, "until": "x", "retries": 2}, False),
+        ({"kubernetes.core.k8s": {}, "delegate_to": "elsewhere"}, False),
+        ({"kubernetes.core.k8s": {}, "async": 5}, False),
+        ({"kubernetes.core.k8s": {}, "timeout": 5}, False),
+        # ansible-core routes the short name to kubernetes.core's module.
+        ({"k8s_info": {"kind": "Namespace"}}, True),
+        ({"command": "true"}, False),
+        ({"ansible.builtin.debug": {"msg": "x"}}, False),
+    ],
+)
+def test_only_plain_kubernetes_module_tasks_run_inline(data: dict[str, Any], inline: bool) -> None:
+    assert inline_tasks.eligible_module(_task(data)) is inline
+
+
+def test_a_kubernetes_module_another_collections_action_plugin_runs_forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible.plugins.loader import action_loader
+
+    # `collections: [other.actions, kubernetes.core]` where other.actions has an action plugin
+    # `k8s_info` and no such module: the module is kubernetes.core's, its action other.actions'.
+    task = _task({"k8s_info": {"kind": "Namespace"}, "collections": ["kubernetes.core"]})
+    assert inline_tasks.eligible_module(task)
+    find = action_loader.find_plugin_with_context
+
+    def other_collections(name: str, **kwargs: Any) -> Any:
+        found = find(name, **kwargs)
+        found.resolved_fqcn = "other.actions.k8s_info"
+        return found
+
+    monkeypatch.setattr(action_loader, "find_plugin_with_context", other_collections)
+    assert not inline_tasks.eligible_module(task)

@@ -92,16 +92,22 @@ def eligible(task: Any) -> bool:
 
 def eligible_module(task: Any) -> bool:
     """Whether `task` may run inline with its module in place: a module of `MODULE_COLLECTIONS`,
-    with nothing that makes it wait, repeat or run elsewhere, and no `become`."""
+    run by Ansible's `normal` action or by an action plugin of those collections, with nothing
+    that makes it wait, repeat or run elsewhere, and no `become`."""
     if not _plain(task) or task.become:
         return False
-    from ansible.plugins.loader import module_loader
+    from ansible.plugins.loader import action_loader, module_loader
 
     try:
-        found = module_loader.find_plugin_with_context(task.action, collection_list=task.collections)
+        module = module_loader.find_plugin_with_context(task.action, collection_list=task.collections)
+        action = action_loader.find_plugin_with_context(task.action, collection_list=task.collections)
     except Exception:  # noqa: BLE001 - the forked task looks for it again and reports what fails
         return False
-    return bool(found.resolved) and str(found.resolved_fqcn).startswith(MODULE_COLLECTIONS)
+    routed = getattr(module, "action_plugin", None)
+    for plugin in (action.resolved_fqcn if action.resolved else None, routed):
+        if plugin and not str(plugin).startswith(MODULE_COLLECTIONS):
+            return False  # another collection's action plugin
+    return bool(module.resolved) and str(module.resolved_fqcn).startswith(MODULE_COLLECTIONS)
 
 
 def alone(task_vars: Any, play_context: Any, task: Any) -> bool:
