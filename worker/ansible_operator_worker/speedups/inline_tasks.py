@@ -26,8 +26,8 @@ Module tasks of kubernetes.core and operator_sdk.util run inline too, their modu
 its exit were some 30 ms of a one-task reconcile's CPU. Only where nothing else of the play runs
 meanwhile: the play's batch is one host, no task process of the run is alive (so the strategy's
 results thread, the one other thread, has nothing to show while the module's output is taken),
-the connection is `local` by the host's `ansible_connection` (a template, or another, forks) and
-there is no `become`. A lookup its arguments call forks it as above; once its module has started,
+the connection is `local` by the host's `ansible_connection` (a template, or another, forks),
+there is no `become`, and the action plugin is Ansible's `normal` or one of those collections'. A lookup its arguments call forks it as above; once its module has started,
 a lookup (in `changed_when`, `failed_when`) runs here, as the module must not run twice. A module
 that ends the process (`os._exit`, a crash) ends the run, not only its task.
 
