@@ -69,10 +69,10 @@ if sys.argv[1] in ("warm", "inline"):
     # running its task inline (when asked to).
     from ansible_operator_worker.speedups import inline_tasks, modules_in_place
     decide = modules_in_place.runs_in_place
-    def logging_in_place(source):
-        in_place = decide(source)
+    def logging_in_place(source, inline=False):
+        in_place = decide(source, inline)
         if in_place:
-            where = "inline" if inline_tasks.module_task_inline() else "task"
+            where = "inline" if inline else "task"
             with open(os.environ["IN_PLACE_LOG"], "a") as log:
                 print(f"{modules_in_place.module_name(source).rpartition('.')[2]}:{where}", file=log)
         return in_place

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ansible_operator_worker import process
-from ansible_operator_worker.speedups import inline_tasks, module_utils, modules, modules_in_place
+from ansible_operator_worker.speedups import module_utils, modules, modules_in_place
 
 _ANSIBLE = ("ansible", "ansible_collections")
 
@@ -109,14 +109,15 @@ def test_the_module_name_is_read_from_its_wrapper(source: bytes, name: str | Non
     assert modules_in_place.module_name(source) == name
 
 
-def test_only_a_task_process_or_a_module_task_inline_runs_modules_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_a_task_process_or_a_module_task_inline_runs_modules_in_place() -> None:
     source = b"module_fqn='ansible_collections.kubernetes.core.plugins.modules.k8s',"
     assert not modules_in_place.runs_in_place(source)
     # A module task inline in the playbook process: in place while no thread but the strategy's
     # results thread runs beside it; a module of another collection never.
-    monkeypatch.setattr(inline_tasks, "_MODULE_STARTED", False)
-    assert modules_in_place.runs_in_place(source)
-    assert not modules_in_place.runs_in_place(b"module_fqn='ansible_collections.community.general.plugins.modules.x',")
+    assert modules_in_place.runs_in_place(source, inline=True)
+    assert not modules_in_place.runs_in_place(
+        b"module_fqn='ansible_collections.community.general.plugins.modules.x',", inline=True
+    )
     from ansible.plugins.strategy import StrategySentinel, results_thread_main
 
     release = threading.Event()
@@ -133,9 +134,9 @@ def test_only_a_task_process_or_a_module_task_inline_runs_modules_in_place(monke
     other = threading.Thread(target=release.wait)
     results.start()
     try:
-        assert modules_in_place.runs_in_place(source)
+        assert modules_in_place.runs_in_place(source, inline=True)
         other.start()
-        assert not modules_in_place.runs_in_place(source)
+        assert not modules_in_place.runs_in_place(source, inline=True)
     finally:
         release.set()
         results.join()

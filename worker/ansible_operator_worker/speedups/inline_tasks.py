@@ -27,9 +27,10 @@ its exit were some 30 ms of a one-task reconcile's CPU. Only where nothing else 
 meanwhile: the play's batch is one host, no task process of the run is alive (so the strategy's
 results thread, the one other thread, has nothing to show while the module's output is taken),
 the connection is `local` by the host's `ansible_connection` (a template, or another, forks),
-there is no `become`, and the action plugin is Ansible's `normal` or one of those collections'. A lookup its arguments call forks it as above; once its module has started,
-a lookup (in `changed_when`, `failed_when`) runs here, as the module must not run twice. A module
-that ends the process (`os._exit`, a crash) ends the run, not only its task.
+there is no `become`, and the action plugin is Ansible's `normal` or one of those collections'. A
+lookup its arguments call forks it as above; once its module has started, a lookup (in
+`changed_when`, `failed_when`) runs here, as the module must not run twice. A module that ends the
+process (`os._exit`, a crash) ends the run, not only its task.
 
 ansible-core 2.18's executor is the one this knows; with another, every task forks."""
 
@@ -41,12 +42,14 @@ import os
 import traceback
 from typing import Any
 
+from . import modules_in_place
+
 #: The builtin actions run inline: none has a connection, runs a module or runs a plugin of its
 #: own (`_requires_connection = False` in each).
 ACTIONS = frozenset({"assert", "debug", "fail", "set_fact"})
 
-#: The collections whose modules run inline, in place (`modules_in_place`).
-MODULE_COLLECTIONS = ("kubernetes.core.", "operator_sdk.util.")
+#: The collections whose module tasks run inline, their modules in place, by FQCN prefix.
+MODULE_COLLECTIONS = tuple(f"{name}." for name in modules_in_place.COLLECTION_NAMES)
 
 #: While a module task runs inline: whether its module has been started (None: none runs inline).
 _MODULE_STARTED: bool | None = None

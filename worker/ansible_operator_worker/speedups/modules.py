@@ -135,7 +135,8 @@ class ForkedModule:
 
     def _start(self, source: bytes | None) -> None:
         call = self._call
-        if source is not None and modules_in_place.runs_in_place(source):
+        inline = inline_tasks.module_task_inline()
+        if source is not None and modules_in_place.runs_in_place(source, inline=inline):
             self.returncode, out, err = modules_in_place.run(lambda: become_module(call, source, self._cwd))
             self._output = (out, err)
             return

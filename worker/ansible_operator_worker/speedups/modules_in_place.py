@@ -48,13 +48,13 @@ from types import ModuleType
 from typing import Any
 
 from .. import process
-from . import inline_tasks, module_utils
+from . import module_utils
 
-#: The modules that run in place: those of these collections.
-COLLECTIONS = (
-    "ansible_collections.kubernetes.core.plugins.modules.",
-    "ansible_collections.operator_sdk.util.plugins.modules.",
-)
+#: The collections whose modules run in place (and whose tasks `inline_tasks` may run inline).
+COLLECTION_NAMES = ("kubernetes.core", "operator_sdk.util")
+
+#: The modules that run in place, by the prefix of their Python name.
+COLLECTIONS = tuple(f"ansible_collections.{name}.plugins.modules." for name in COLLECTION_NAMES)
 
 #: The module's name in its AnsiballZ wrapper, where Ansible's template writes it (2.18: the
 #: `runpy.run_module` call after the payload's base64; 2.19 on: the wrapper's arguments, before
@@ -68,28 +68,26 @@ def module_name(source: bytes) -> str | None:
     return match.group(1).decode() if match else None
 
 
-def runs_in_place(source: bytes) -> bool:
-    """The module this pipelined source runs is one to run in this process."""
+def runs_in_place(source: bytes, inline: bool = False) -> bool:
+    """The module this pipelined source runs is one to run in this process; `inline`: its task
+    runs inline in this playbook process (`inline_tasks`)."""
     name = module_name(source)
     return (
         name is not None
         and name.startswith(COLLECTIONS)
         and threading.current_thread() is threading.main_thread()
-        and (_in_task_process() and threading.active_count() == 1 or _inline_with_results_thread_only())
+        and (_in_task_process() and threading.active_count() == 1 or inline and _results_thread_only_beside())
         and signal.getitimer(signal.ITIMER_REAL)[0] == 0
         and _standard_descriptors_open()
     )
 
 
-def _inline_with_results_thread_only() -> bool:
-    """A module task runs inline in this playbook process, whose only other thread is the
-    strategy's results thread."""
+def _results_thread_only_beside() -> bool:
+    """The only other thread of this playbook process is the strategy's results thread."""
     from ansible.plugins.strategy import results_thread_main
 
     others = [thread for thread in threading.enumerate() if thread is not threading.current_thread()]
-    return inline_tasks.module_task_inline() and all(
-        getattr(thread, "_target", None) is results_thread_main for thread in others
-    )
+    return all(getattr(thread, "_target", None) is results_thread_main for thread in others)
 
 
 def _standard_descriptors_open() -> bool:
