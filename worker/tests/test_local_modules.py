@@ -4,6 +4,7 @@ results Ansible gives when it runs them as it comes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -91,7 +92,9 @@ _RANDOM = re.compile(r"""/[^\s'"]*ansible[-_][^\s'"]*|<stdin>|\S*AnsiballZ_\w+\.
 def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[str]]:
     """ansible-playbook's exit status, every task result in order, and the commands it spawned
     (and, warm, the number of module_utils each module process or module run in place adopted in
-    `<mode>.adopted`, the modules run in place in `<mode>.in_place`)."""
+    `<mode>.adopted`, the modules run in place in `<mode>.in_place`). The ConfigMaps the play
+    creates are named for the test (`tmp_path`), so that the same play run meanwhile under another
+    ansible-core, against the same cluster, does not find them."""
     workdir = tmp_path / mode
     workdir.mkdir()
     log = tmp_path / f"{mode}.popen"
@@ -111,7 +114,8 @@ def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[st
         "ANSIBLE_REMOTE_TMP": str(tmp_path / "remote_tmp"),
     }
     done = subprocess.run(
-        [sys.executable, "-c", _BOOTSTRAP, mode, "-i", str(inventory), str(PLAYBOOK), "-e", f"workdir={workdir}"],
+        [sys.executable, "-c", _BOOTSTRAP, mode, "-i", str(inventory), str(PLAYBOOK)]
+        + ["-e", f"workdir={workdir}", "-e", f"suffix={_run_name(tmp_path)}"],
         env=env,
         capture_output=True,
         text=True,
@@ -121,6 +125,11 @@ def _play(mode: str, tmp_path: Path) -> tuple[int, list[dict[str, Any]], list[st
     results = json.loads(done.stdout.replace(str(workdir), "WORKDIR"))["results"]
     spawned = log.read_text().splitlines() if log.exists() else []
     return done.returncode, results, spawned
+
+
+def _run_name(tmp_path: Path) -> str:
+    """A DNS label unique to this test's run: the same for each of its plays."""
+    return hashlib.sha256(str(tmp_path.resolve()).encode()).hexdigest()[:10]
 
 
 #: What differs between any two runs of the same task: times, and the cluster's bookkeeping.
