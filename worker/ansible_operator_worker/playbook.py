@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, ansible_state, in_process, kept, process, protocol
+from . import agent, ansible_state, in_process, kept, kubernetes_state, process, protocol
 from .speedups import event_partials, event_stdout, inline_tasks, local_tmp, modules, playbook_cli, task_forks
 
 #: Environment variables Python reads when it starts: a run whose values differ from the worker's
@@ -339,6 +339,7 @@ def _play(plan: Plan, in_run_process: bool = False) -> int:
     sys.argv = [script, *command.args]
     sys.path[:] = [os.path.dirname(script), *process.BASE_SYS_PATH]
     ansible_state.fresh_process_state()
+    kubernetes_state.fresh()
     modules.install()
     local_tmp.install()
     task_forks.install()

@@ -5,6 +5,8 @@ test_local_modules.py."""
 from __future__ import annotations
 
 import atexit
+import json
+import locale
 import os
 import signal
 import sys
@@ -13,9 +15,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import kubeconfigs
 import pytest
+from kubernetes import client, config
 
-from ansible_operator_worker import process
+from ansible_operator_worker import kubernetes_state, process
 from ansible_operator_worker.speedups import module_utils, modules, modules_in_place
 
 _ANSIBLE = ("ansible", "ansible_collections")
@@ -141,3 +145,34 @@ def test_only_a_task_process_or_a_module_task_inline_runs_modules_in_place() -> 
         release.set()
         results.join()
         other.join()
+
+
+#: A module that reports the kubernetes client state it starts with, then loads a kubeconfig and
+#: sets the locale from an environment of C, as an AnsibleModule does from its own.
+_KUBERNETES_MODULE = b"""
+import json, locale, os
+from kubernetes import client, config
+from kubernetes.config import kube_config
+default = client.Configuration.get_default_copy()
+print(json.dumps({"host": default.host, "default_kubeconfig": kube_config.KUBE_CONFIG_DEFAULT_LOCATION}))
+config.load_kube_config(config_file=os.environ["MODULE_KUBECONFIG"])
+os.environ["LC_ALL"] = "C"
+locale.setlocale(locale.LC_ALL, "")
+"""
+
+
+def test_a_module_run_in_place_starts_with_a_new_kubernetes_client_state_and_leaves_the_process_its_own(
+    tmp_path: Path,
+) -> None:
+    process.BASE_SYS_PATH[:] = sys.path[1:]
+    with kubernetes_state.kept():
+        config.load_kube_config(config_file=str(kubeconfigs.write(tmp_path / "process", "https://process.example", "p")))
+        before = (kubernetes_state.save(), locale.setlocale(locale.LC_ALL))
+        module = kubeconfigs.write(tmp_path / "module", "https://module.example", "m")
+        env = {"KUBECONFIG": str(module), "MODULE_KUBECONFIG": str(module)}
+        status, out, err = _run_in_place(_KUBERNETES_MODULE, env, str(tmp_path))
+        assert status == 0, err
+        # A new interpreter's: no configuration loaded, the default kubeconfig its environment's.
+        assert json.loads(out) == {"host": client.Configuration().host, "default_kubeconfig": str(module)}
+        assert (kubernetes_state.save(), locale.setlocale(locale.LC_ALL)) == before
+        assert client.Configuration.get_default_copy().host == "https://process.example"

@@ -29,7 +29,8 @@ results thread, the one other thread, has nothing to show while the module's out
 the connection is `local` by the host's `ansible_connection` (a template, or another, forks),
 there is no `become`, and the action plugin is Ansible's `normal` or one of those collections'. A
 lookup its arguments call forks it as above; once its module has started, a lookup (in
-`changed_when`, `failed_when`) runs here, as the module must not run twice. A module that ends the
+`changed_when`, `failed_when`) runs here, as the module must not run twice, and what it changes
+in the kubernetes client's process-wide state is put back after the task. A module that ends the
 process (`os._exit`, a crash) ends the run, not only its task.
 
 ansible-core 2.18's executor is the one this knows; with another, every task forks."""
@@ -42,6 +43,7 @@ import os
 import traceback
 from typing import Any
 
+from .. import kubernetes_state
 from . import modules_in_place
 
 #: The builtin actions run inline: none has a connection, runs a module or runs a plugin of its
@@ -194,17 +196,18 @@ def run_inline(worker: Any, module: bool = False) -> bool:
     stdin = open(os.devnull)  # noqa: SIM115 - what the worker gives a task with no terminal
     _MODULE_STARTED = False if module else None
     try:
-        result: dict[str, Any] = TaskExecutor(
-            worker._host,
-            task,
-            task_vars,
-            worker._play_context,
-            stdin,
-            worker._loader,
-            worker._shared_loader_obj,
-            worker._final_q,
-            worker._variable_manager,
-        ).run()
+        with kubernetes_state.kept():  # what a lookup run here after the module changed
+            result: dict[str, Any] = TaskExecutor(
+                worker._host,
+                task,
+                task_vars,
+                worker._play_context,
+                stdin,
+                worker._loader,
+                worker._shared_loader_obj,
+                worker._final_q,
+                worker._variable_manager,
+            ).run()
     except _LookupWanted:
         return False
     except Exception:  # noqa: BLE001 - as the worker reports a task that raised

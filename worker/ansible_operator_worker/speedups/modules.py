@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .. import kept, process
+from .. import kept, kubernetes_state, process
 from . import inline_tasks, module_utils, modules_in_place
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -276,11 +276,12 @@ def _run_module(call: ModuleCall, source: bytes | None, cwd: str | None, stdout:
 def become_module(call: ModuleCall, source: bytes | None, cwd: str | None) -> int:
     """With descriptors 0 to 2 set: become `python <script>` (or `python` reading `source` from
     its standard input), with the call's environment variables, in `cwd`, with a new interpreter's
-    signal handlers, standard streams and no exit handlers, Ansible set aside, and run it; its
-    status, before the exit handlers run."""
+    signal handlers, standard streams, kubernetes client state and no exit handlers, Ansible set
+    aside, and run it; its status, before the exit handlers run."""
     os.environ.update(call.env)
     if cwd:
         os.chdir(cwd)
+    kubernetes_state.fresh()
     process.reset_signals()
     process.standard_streams()
     atexit._clear()

@@ -13,10 +13,11 @@ are kept.
 The module runs as in the module process `modules` forks: descriptors 0, 1 and 2 are `/dev/null`
 and two in-memory files, Ansible's own modules are set aside in `sys.modules` (the module imports
 them from its payload), the environment has the command line's variables, signal handlers are
-the defaults of a new interpreter, and its `atexit` handlers run at its end. Everything the task's
-process had before is put back after: descriptors, standard streams, `sys.modules`, the import
-system, `sys.argv`, the environment, the working directory, the umask, signal handlers, warning
-filters.
+the defaults of a new interpreter, so is the kubernetes client's process-wide state
+(`kubernetes_state`), and its `atexit` handlers run at its end. Everything the task's process had
+before is put back after: descriptors, standard streams, `sys.modules`, the import system,
+`sys.argv`, the environment, the working directory, the umask, signal handlers, warning filters,
+the locale (an AnsibleModule sets it from its environment), the kubernetes client's state.
 
 Only the plain case runs in place: a pipelined module of those two collections, in the main
 thread of a task's `WorkerProcess` that runs no other thread, or of the playbook process running
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import locale
 import multiprocessing
 import os
 import re
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from .. import process
+from .. import kubernetes_state, process
 from . import module_utils
 
 #: The collections whose modules run in place (and whose tasks `inline_tasks` may run inline).
@@ -203,6 +205,8 @@ class _State:
     wakeup_fd: int
     warning_filters: list[Any]
     excepthook: Any
+    locale: str
+    kubernetes: kubernetes_state.State
 
     @classmethod
     def save(cls) -> _State:
@@ -226,6 +230,8 @@ class _State:
             wakeup_fd=signal.set_wakeup_fd(-1),
             warning_filters=list(warnings.filters),
             excepthook=sys.excepthook,
+            locale=locale.setlocale(locale.LC_ALL),
+            kubernetes=kubernetes_state.save(),
         )
 
     def restore(self) -> None:
@@ -249,6 +255,9 @@ class _State:
         sys.modules.update(self.modules)
         zipimport._compile_source = self.compile_source  # type: ignore[attr-defined]
         process.replace_environment(self.environ)
+        with contextlib.suppress(locale.Error):
+            locale.setlocale(locale.LC_ALL, self.locale)
+        kubernetes_state.restore(self.kubernetes)
         os.chdir(self.cwd)
         os.umask(self.umask)
         for signum, handler in self.handlers.items():
