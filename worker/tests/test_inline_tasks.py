@@ -176,3 +176,25 @@ def test_a_kubernetes_module_another_collections_action_plugin_runs_forks(monkey
 
     monkeypatch.setattr(action_loader, "find_plugin_with_context", other_collections)
     assert not inline_tasks.eligible_module(task)
+
+
+def test_a_kubernetes_module_task_forks_where_a_playbook_shadows_normal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ansible.plugins.loader import action_loader
+
+    # operator_sdk.util's modules have no action plugin: Ansible runs them with
+    # `ansible.legacy.normal`, which a playbook's `action_plugins/normal.py` replaces.
+    task = _task({"operator_sdk.util.requeue_after": {"time": "1s"}})
+    assert inline_tasks.eligible_module(task)
+    (tmp_path / "normal.py").write_text(
+        "from ansible.plugins.action import ActionBase\nclass ActionModule(ActionBase):\n    pass\n"
+    )
+    monkeypatch.setattr(action_loader, "_extra_dirs", [*action_loader._extra_dirs])
+    action_loader.add_directory(str(tmp_path))
+    try:
+        assert not inline_tasks.eligible_module(task)
+    finally:
+        monkeypatch.undo()
+        action_loader._clear_caches()
+    assert inline_tasks.eligible_module(task)

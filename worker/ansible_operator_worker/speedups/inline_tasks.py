@@ -106,22 +106,31 @@ def eligible_module(task: Any) -> bool:
     try:
         module = module_loader.find_plugin_with_context(task.action, collection_list=task.collections)
         action = action_loader.find_plugin_with_context(task.action, collection_list=task.collections)
+        # What Ansible runs a module with when neither names an action plugin: `normal` as a
+        # playbook's `action_plugins/` may shadow it (`ansible.legacy`).
+        normal = action_loader.find_plugin_with_context("ansible.legacy.normal")
     except Exception:  # noqa: BLE001 - the forked task looks for it again and reports what fails
         return False
     routed = getattr(module, "action_plugin", None)
     for plugin in (action.resolved_fqcn if action.resolved else None, routed):
         if plugin and not str(plugin).startswith(MODULE_COLLECTIONS):
             return False  # another collection's action plugin
+    if not (action.resolved or routed) and not _ansible_own(normal, "normal"):
+        return False  # a playbook's own `normal`
     return bool(module.resolved) and str(module.resolved_fqcn).startswith(MODULE_COLLECTIONS)
 
 
 def alone(task_vars: Any, play_context: Any, task: Any) -> bool:
     """Whether a module task may run in this process now: the play's batch is one host, no task
-    process is alive, the host's connection is `local` and nothing asks for `become`."""
+    process is alive, the host's connection is `local` and nothing asks for `become`; and
+    Ansible's debug output is off (a task process queues a message after its result)."""
+    from ansible import constants
+
     batch = task_vars.get("ansible_play_batch")
     connection = task_vars.get("ansible_connection") or task.connection or play_context.connection
     return (
-        isinstance(batch, list)
+        not constants.DEFAULT_DEBUG
+        and isinstance(batch, list)
         and len(batch) == 1
         and connection == "local"
         and not task_vars.get("ansible_become")
@@ -151,7 +160,6 @@ def _plain(task: Any) -> bool:
 
 
 def _builtin_action(action: str, collections: Any) -> bool:
-    from ansible.plugins import action as builtin_actions
     from ansible.plugins.loader import action_loader, module_loader
 
     name = action.rpartition(".")[2]
@@ -164,6 +172,14 @@ def _builtin_action(action: str, collections: Any) -> bool:
         return False
     if module.resolved and getattr(module, "action_plugin", None):
         return False  # routed to another action plugin
+    return _ansible_own(found, name)
+
+
+def _ansible_own(found: Any, name: str) -> bool:
+    """The action plugin `found` is Ansible's own `name`, not one a playbook or collection
+    shadows it with."""
+    from ansible.plugins import action as builtin_actions
+
     builtin = os.path.join(os.path.dirname(builtin_actions.__file__), f"{name}.py")
     return bool(found.resolved) and found.plugin_resolved_path == builtin
 
