@@ -52,12 +52,18 @@ def save() -> State:
 
 def restore(state: State) -> None:
     """Puts back `state`, in the client's modules as they are loaded now."""
-    _set(state)
+    configuration = sys.modules.get(_CONFIGURATION)
+    if configuration is not None:
+        configuration.Configuration._default = state.default_configuration
+    kube_config = sys.modules.get(_KUBE_CONFIG)
+    if kube_config is not None:
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = state.default_location
+        kube_config._temp_files = dict(state.temp_files)
 
 
 def fresh() -> None:
     """The state a new interpreter has in this environment (what it would import the client in)."""
-    _set(State(default_configuration=None, default_location=_default_location(), temp_files={}))
+    restore(State(default_configuration=None, default_location=_default_location(), temp_files={}))
 
 
 @contextlib.contextmanager
@@ -72,13 +78,3 @@ def kept() -> Iterator[None]:
 
 def _default_location() -> str:
     return os.environ.get("KUBECONFIG", "~/.kube/config")
-
-
-def _set(state: State) -> None:
-    configuration = sys.modules.get(_CONFIGURATION)
-    if configuration is not None:
-        configuration.Configuration._default = state.default_configuration
-    kube_config = sys.modules.get(_KUBE_CONFIG)
-    if kube_config is not None:
-        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = state.default_location
-        kube_config._temp_files = dict(state.temp_files)

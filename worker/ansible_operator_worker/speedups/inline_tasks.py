@@ -106,16 +106,16 @@ def eligible_module(task: Any) -> bool:
     try:
         module = module_loader.find_plugin_with_context(task.action, collection_list=task.collections)
         action = action_loader.find_plugin_with_context(task.action, collection_list=task.collections)
-        # What Ansible runs a module with when neither names an action plugin: `normal` as a
-        # playbook's `action_plugins/` may shadow it (`ansible.legacy`).
-        normal = action_loader.find_plugin_with_context("ansible.legacy.normal")
+        routed = getattr(module, "action_plugin", None)
+        # Neither names an action plugin: Ansible runs the module with `normal`, as a playbook's
+        # `action_plugins/` may shadow it (`ansible.legacy`).
+        normal = None if action.resolved or routed else action_loader.find_plugin_with_context("ansible.legacy.normal")
     except Exception:  # noqa: BLE001 - the forked task looks for it again and reports what fails
         return False
-    routed = getattr(module, "action_plugin", None)
     for plugin in (action.resolved_fqcn if action.resolved else None, routed):
         if plugin and not str(plugin).startswith(MODULE_COLLECTIONS):
             return False  # another collection's action plugin
-    if not (action.resolved or routed) and not _ansible_own(normal, "normal"):
+    if normal is not None and not _ansible_own(normal, "normal"):
         return False  # a playbook's own `normal`
     return bool(module.resolved) and str(module.resolved_fqcn).startswith(MODULE_COLLECTIONS)
 
